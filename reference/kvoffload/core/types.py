@@ -1,0 +1,227 @@
+"""Identifiers and the frozen values that cross the engine / connector / worker boundaries.
+
+Pure Python: nothing here imports torch or vllm.
+
+Direction of travel, one engine step:
+
+    engine scheduler --SchedulerOutput--> connector scheduler side --StepPlan--> worker side
+    worker side --TransferResult...--> engine --> connector scheduler side (update_connector_output)
+
+The request itself is *not* copied at the boundary: like vLLM, the connector keeps a reference to
+the live request and reads it through the read-only :class:`RequestView` protocol. Copying every
+running request's token list each step would make the simulator quadratic in output length.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from array import array
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+ReqId = str
+JobId = int
+BlockId = int  # GPU block id; 0 is the null block, never handed to a request
+ChunkSlot = int  # slot index in the offload (CPU) tier
+OffloadKey = bytes  # the chained hash of the last GPU block of a chunk
+
+NULL_BLOCK: BlockId = 0
+
+_HASH_KEY = b"kvoffload-bench/block-hash/v1"
+_ROOT_HASH = b"\x00" * 16
+
+
+def chain_block_hash(parent: bytes | None, token_ids: Sequence[int]) -> bytes:
+    """Hash of one full block of token ids, chained on the previous block's hash.
+
+    A keyed BLAKE2b over (parent hash, int64 token ids): equal prefixes give equal hashes, and
+    the value does not depend on PYTHONHASHSEED or the process.
+    """
+    h = hashlib.blake2b(digest_size=16, key=_HASH_KEY)
+    h.update(parent if parent is not None else _ROOT_HASH)
+    h.update(array("q", token_ids).tobytes())
+    return h.digest()
+
+
+def extend_block_hashes(hashes: list[bytes], token_ids: Sequence[int], block_size: int) -> None:
+    """Append hashes for every block of ``token_ids`` that became full since the last call."""
+    parent = hashes[-1] if hashes else None
+    for start in range(len(hashes) * block_size, len(token_ids) - block_size + 1, block_size):
+        parent = chain_block_hash(parent, token_ids[start : start + block_size])
+        hashes.append(parent)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    WAITING_FOR_LOAD = "waiting_for_load"  # vLLM's WAITING_FOR_REMOTE_KVS
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "finished_stopped"  # EOS sampled
+    FINISHED_LENGTH = "finished_length"  # max_tokens reached
+    FINISHED_ABORTED = "finished_aborted"
+
+    @property
+    def is_finished(self) -> bool:
+        return self in _FINISHED
+
+
+_FINISHED = frozenset(
+    {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED}
+)
+
+
+class RequestView(Protocol):
+    """What the connector may read of a live request (never write).
+
+    ``block_hashes[i]`` is the chained hash of GPU block i of ``all_token_ids``; it exists as soon
+    as the block's *token ids* are known, even when the KV of its last slot was never written
+    (the final sampled token, or a slot holding a rejected draft's KV).
+    """
+
+    @property
+    def req_id(self) -> ReqId: ...
+    @property
+    def all_token_ids(self) -> Sequence[int]: ...
+    @property
+    def num_prompt_tokens(self) -> int: ...
+    @property
+    def num_tokens(self) -> int: ...
+    @property
+    def num_computed_tokens(self) -> int: ...
+    @property
+    def status(self) -> RequestStatus: ...
+    @property
+    def block_hashes(self) -> Sequence[bytes]: ...
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    """What one ``schedule()`` decided, as the connector's ``build_connector_meta`` sees it.
+
+    ``new_block_ids[r]`` are the GPU blocks appended to request r's block table this step; for a
+    request admitted from the waiting queue (new, resumed after preemption, or after its load)
+    it is the whole table, prefix-hit blocks included. Ordering of every field is deterministic.
+    """
+
+    step: int
+    num_scheduled_tokens: dict[ReqId, int]
+    new_block_ids: dict[ReqId, tuple[BlockId, ...]]
+    finished_req_ids: tuple[ReqId, ...] = ()
+    preempted_req_ids: tuple[ReqId, ...] = ()
+
+
+class TransferKind(enum.Enum):
+    STORE = "store"  # GPU -> offload tier
+    LOAD = "load"  # offload tier -> GPU
+
+
+@dataclass(frozen=True)
+class TransferJob:
+    """One copy between GPU blocks and offload-tier chunk slots.
+
+    ``gpu_block_ids`` lists every GPU block touched, in order. ``chunk_slots[i]`` is the tier slot
+    of the i-th chunk. A chunk holds ``blocks_per_chunk`` GPU blocks; the first chunk of a load
+    may start mid-chunk: its first ``skip_blocks`` sub-blocks are not copied (a partial GPU
+    prefix hit already covers them). ``chunk_indices`` are the request-relative chunk numbers,
+    for metrics and traces.
+    """
+
+    job_id: JobId
+    req_id: ReqId
+    kind: TransferKind
+    gpu_block_ids: tuple[BlockId, ...]
+    chunk_slots: tuple[ChunkSlot, ...]
+    chunk_indices: tuple[int, ...]
+    skip_blocks: int = 0
+
+    @property
+    def is_store(self) -> bool:
+        return self.kind is TransferKind.STORE
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Scheduler side -> worker side, once per step (vLLM's OffloadingConnectorMetadata)."""
+
+    load_jobs: tuple[TransferJob, ...] = ()
+    store_jobs: tuple[TransferJob, ...] = ()
+    jobs_to_flush: frozenset[JobId] = frozenset()
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    """One worker's report that a job finished (vLLM's TransferResult + completed_jobs entry)."""
+
+    job_id: JobId
+    success: bool = True
+    num_bytes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """Geometry and policy of the reference connector (validated on construction)."""
+
+    block_size: int = 16
+    blocks_per_chunk: int = 1
+    cpu_chunks: int = 1024
+    offload_prompt_only: bool = False
+    num_workers: int = 1
+    strict_lifecycle: bool = True
+    raise_on_violation: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "blocks_per_chunk", "cpu_chunks", "num_workers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        return self.block_size * self.blocks_per_chunk
+
+
+class ConfigError(ValueError):
+    """Invalid configuration: the message names the offending value."""
+
+
+class ConnectorCrash(RuntimeError):
+    """A failure the modelled vLLM release would have died of (an assert or a KeyError)."""
+
+
+@dataclass(frozen=True)
+class LifecycleEvent:
+    """A manager call made out of order for a request (recorded in strict lifecycle mode)."""
+
+    req_id: ReqId
+    call: str
+    reason: str
+
+
+__all__ = [
+    "BlockId",
+    "ChunkSlot",
+    "ConfigError",
+    "ConnectorConfig",
+    "ConnectorCrash",
+    "JobId",
+    "LifecycleEvent",
+    "NULL_BLOCK",
+    "OffloadKey",
+    "ReqId",
+    "RequestStatus",
+    "RequestView",
+    "SchedulerOutput",
+    "StepPlan",
+    "TransferJob",
+    "TransferKind",
+    "TransferResult",
+    "cdiv",
+    "chain_block_hash",
+    "extend_block_hashes",
+]

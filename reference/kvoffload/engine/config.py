@@ -1,0 +1,100 @@
+"""Engine settings: the ``--set`` keys of the command line and the [engine] table of a workload."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kvoffload.core.types import ConfigError, ConnectorConfig
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    gpu_blocks: int = 2048  # GPU KV blocks, null block 0 included
+    cpu_chunks: int = 4096  # offload-tier capacity in chunks
+    block_size: int = 16  # tokens per GPU block
+    blocks_per_chunk: int = 1  # GPU blocks per offloaded chunk
+    offload_prompt_only: bool = False
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048  # chunked-prefill token budget per step
+    spec_tokens: int = 0  # k draft tokens per decode step (0: no speculative decoding)
+    spec_acceptance: float = 0.7  # per-draft acceptance probability of the seeded model
+    workers: int = 1  # every job must be acknowledged by this many workers
+    store_completion_steps: int = 1  # steps between a copy running and its completion report
+    slot_bytes: int = 16  # bytes per token slot (>= 8: the first 8 hold the fingerprint)
+    seed: int = 0
+    strict_lifecycle: bool = True
+    scheduling: Literal["sync", "async"] = "sync"
+    profile: str = "h100-llama3-8b"
+
+    def __post_init__(self) -> None:
+        positive = ("gpu_blocks", "cpu_chunks", "block_size", "blocks_per_chunk", "max_num_seqs",
+                    "max_num_batched_tokens", "workers")
+        for name in positive:
+            _check_int(name, getattr(self, name), minimum=1)
+        _check_int("spec_tokens", self.spec_tokens, minimum=0)
+        _check_int("store_completion_steps", self.store_completion_steps, minimum=0)
+        _check_int("slot_bytes", self.slot_bytes, minimum=8)
+        _check_int("seed", self.seed, minimum=0)
+        if self.gpu_blocks < 2:
+            raise ConfigError(f"gpu_blocks must be at least 2 (block 0 is the null block), got {self.gpu_blocks}")
+        if not 0.0 <= float(self.spec_acceptance) <= 1.0:
+            raise ConfigError(f"spec_acceptance must be within [0, 1], got {self.spec_acceptance!r}")
+        if self.scheduling not in ("sync", "async"):
+            raise ConfigError(f"scheduling must be 'sync' or 'async', got {self.scheduling!r}")
+        for name in ("offload_prompt_only", "strict_lifecycle"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        return self.block_size * self.blocks_per_chunk
+
+    def connector_config(self) -> ConnectorConfig:
+        return ConnectorConfig(
+            block_size=self.block_size,
+            blocks_per_chunk=self.blocks_per_chunk,
+            cpu_chunks=self.cpu_chunks,
+            offload_prompt_only=self.offload_prompt_only,
+            num_workers=self.workers,
+            strict_lifecycle=self.strict_lifecycle,
+        )
+
+    def replace(self, **changes: Any) -> "EngineConfig":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def parse_value(cls, key: str, text: str) -> Any:
+        """Turn the text of ``--set key=text`` into the field's type, or raise ConfigError."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if key not in fields:
+            raise ConfigError(f"unknown setting {key!r} (known: {', '.join(fields)})")
+        default = fields[key].default
+        if isinstance(default, bool):
+            lowered = text.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{key} expects true or false, got {text!r}")
+        if isinstance(default, int):
+            try:
+                return int(text)
+            except ValueError:
+                raise ConfigError(f"{key} expects an integer, got {text!r}") from None
+        if isinstance(default, float):
+            try:
+                return float(text)
+            except ValueError:
+                raise ConfigError(f"{key} expects a number, got {text!r}") from None
+        return text
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
