@@ -1,0 +1,40 @@
+"""A minimal live request that satisfies :class:`RequestView`.
+
+The engine owns and mutates it (tokens appended by update_from_output, computed tokens advanced
+by the scheduler); the connector only reads it. Plain attributes, not properties: the connector
+reads them on its hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kvoffload.core.types import ReqId, RequestStatus, extend_block_hashes
+
+
+class Request:
+    __slots__ = ("req_id", "all_token_ids", "num_prompt_tokens", "num_computed_tokens", "status",
+                 "block_hashes", "_block_size")
+
+    def __init__(self, req_id: ReqId, prompt_token_ids: Sequence[int], block_size: int):
+        self.req_id = req_id
+        self.all_token_ids: list[int] = list(prompt_token_ids)
+        self.num_prompt_tokens = len(self.all_token_ids)
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.WAITING
+        self.block_hashes: list[bytes] = []
+        self._block_size = block_size
+        extend_block_hashes(self.block_hashes, self.all_token_ids, block_size)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    def append_tokens(self, token_ids: Sequence[int]) -> None:
+        """Sampled tokens (EOS included) join the sequence; newly full blocks get their hash."""
+        self.all_token_ids.extend(token_ids)
+        extend_block_hashes(self.block_hashes, self.all_token_ids, self._block_size)
+
+    def __repr__(self) -> str:
+        return (f"Request({self.req_id!r}, tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
+                f"{self.status.value})")
