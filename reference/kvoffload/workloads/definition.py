@@ -1,0 +1,197 @@
+"""Workload definitions: read a TOML file (or a trace spec), apply ``--set`` overrides, generate.
+
+A definition (format documented in ``workloads/README.md``)::
+
+    name = "multi-turn"
+    description = "..."
+    seed = 7
+    [engine]            # any EngineConfig key except seed (the top-level seed is the one seed)
+    gpu_blocks = 4096
+    [generator]
+    kind = "multi-turn"  # a registered generator; the rest of the table is its parameters
+    conversations = 250
+
+``load_workload`` accepts a bundled NAME (``workloads/NAME.toml`` of this repository), a PATH to a
+``.toml``, ``mooncake:FILE`` or ``sharegpt:FILE``. The two trace specs take their seed and engine
+settings from the default workload (``multi-turn``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvoffload.core.types import ConfigError
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.requests import RequestSpec
+from kvoffload.workloads import mooncake, multi_turn, shared_prefix, sharegpt, spec_decode  # noqa: F401  (register)
+from kvoffload.workloads.registry import GENERATORS, GenerateContext, Generator, in_arrival_order
+from kvoffload.workloads.schema import TableReader, WorkloadError, fail
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# Bundled definitions live at the top of the repository (reference/kvoffload/workloads/ -> ../../..).
+BUNDLED_DIR = Path(__file__).resolve().parents[3] / "workloads"
+DEFAULT_WORKLOAD = "multi-turn"
+TRACE_KINDS = ("mooncake", "sharegpt")
+
+_BUNDLED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column (\d+)|at end of document)\)\s*$")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A generated workload: the engine settings and the requests, in estimated arrival order."""
+
+    name: str
+    description: str
+    seed: int
+    engine: EngineConfig
+    requests: tuple[RequestSpec, ...]
+    source: str  # the bundled name, the path as given, or the trace spec
+
+
+@dataclass(frozen=True)
+class _Definition:
+    name: str
+    description: str
+    seed: int
+    engine: EngineConfig  # the file's settings, seed included
+    generator: Generator
+    display: str  # the file named in messages
+    base_dir: Path
+
+
+def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workload:
+    """Read, override (``--set KEY=VALUE`` strings; ``seed`` reseeds the generator too), generate."""
+    definition, source = _resolve(spec)
+    seed, engine = _apply_overrides(definition, overrides or {})
+    ctx = GenerateContext(seed=seed, engine=engine, source=definition.display, base_dir=definition.base_dir)
+    requests = in_arrival_order(definition.generator.generate(ctx))
+    if not requests:
+        raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
+    return Workload(name=definition.name, description=definition.description, seed=seed, engine=engine,
+                    requests=requests, source=source)
+
+
+def list_workloads() -> list[tuple[str, str]]:
+    """(name, description) of every bundled definition, by name."""
+    found = []
+    for path in sorted(BUNDLED_DIR.glob("*.toml"), key=lambda path: path.stem):
+        definition = _read_definition(path, display=f"workloads/{path.name}")
+        found.append((definition.name, definition.description))
+    return found
+
+
+def _resolve(spec: str) -> tuple[_Definition, str]:
+    kind, colon, file = spec.partition(":")
+    if kind in TRACE_KINDS and colon:
+        if not file:
+            raise WorkloadError(f"{spec}: expected {kind}:FILE, got no file name")
+        return _trace_definition(kind, file), spec
+    if _BUNDLED_NAME.fullmatch(spec) and not spec.endswith(".toml"):
+        path = BUNDLED_DIR / f"{spec}.toml"
+        if not path.is_file():
+            known = ", ".join(name for name, _ in list_workloads())
+            raise WorkloadError(f"{spec}: unknown workload (expected a bundled name ({known}), a path to a "
+                                f".toml file, mooncake:FILE or sharegpt:FILE)")
+        return _read_definition(path, display=f"workloads/{path.name}"), spec
+    return _read_definition(Path(spec), display=spec), spec
+
+
+def _trace_definition(kind: str, file: str) -> _Definition:
+    default = _read_definition(BUNDLED_DIR / f"{DEFAULT_WORKLOAD}.toml", display=f"workloads/{DEFAULT_WORKLOAD}.toml")
+    table = TableReader({"kind": kind, "path": file}, source=f"{kind}:{file}", prefix="generator.")
+    table.string("kind")
+    generator = GENERATORS[kind](table)
+    return _Definition(name=f"{kind}:{Path(file).name}", description=f"{kind} trace {file}", seed=default.seed,
+                       engine=default.engine, generator=generator, display=file, base_dir=Path("."))
+
+
+def _read_definition(path: Path, *, display: str) -> _Definition:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise WorkloadError(f"{display}: no such file (expected a workload definition .toml)") from None
+    except UnicodeDecodeError:
+        raise WorkloadError(f"{display}: expected UTF-8 TOML text, got undecodable bytes") from None
+    except OSError as exc:
+        raise WorkloadError(f"{display}: cannot read the file ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkloadError(f"{display}: {_toml_problem(exc)}") from None
+    top = TableReader(data, source=display)
+    name = top.string("name")
+    if not name.strip():
+        top.fail("name", "a non-empty string", name)
+    description = top.string("description")
+    seed = top.integer("seed", minimum=0)
+    engine = _read_engine(top.table("engine", default={}), seed=seed)
+    generator_table = top.table("generator")
+    kind = generator_table.string("kind", choices=sorted(GENERATORS))
+    generator = GENERATORS[kind](generator_table)
+    generator_table.finish()
+    top.finish()
+    return _Definition(name=name, description=description, seed=seed, engine=engine, generator=generator,
+                       display=display, base_dir=path.parent)
+
+
+def _toml_problem(exc: Exception) -> str:
+    """``line 3, column 7: expected valid TOML, got: Expected ...`` from tomllib's message."""
+    message = str(exc).strip()
+    match = _TOML_POSITION.search(message)
+    reason = message[: match.start()] if match else message
+    if match and match.group(1):
+        return f"line {match.group(1)}, column {match.group(2)}: expected valid TOML, got: {reason}"
+    return f"end of file: expected valid TOML, got: {reason}"
+
+
+def _read_engine(table: TableReader, *, seed: int) -> EngineConfig:
+    """The [engine] table, type-checked per EngineConfig field, then validated by EngineConfig."""
+    defaults = {field.name: field.default for field in dataclasses.fields(EngineConfig)}
+    values: dict[str, Any] = {}
+    for key in table.keys():
+        if key == "seed":
+            table.fail(key, "no seed here (the top-level seed seeds both generator and engine)", table.raw(key))
+        if key not in defaults:
+            known = ", ".join(name for name in defaults if name != "seed")
+            table.raw(key)
+            fail(table.source, table.where(key), f"an engine setting ({known})", key)
+        default = defaults[key]
+        if isinstance(default, bool):
+            values[key] = table.boolean(key)
+        elif isinstance(default, int):
+            values[key] = table.integer(key)
+        elif isinstance(default, float):
+            values[key] = table.number(key)
+        elif key == "scheduling":
+            values[key] = table.string(key, choices=("sync", "async"))
+        else:
+            values[key] = table.string(key)
+    try:
+        return EngineConfig(**values, seed=seed)
+    except ConfigError as exc:
+        raise WorkloadError(f"{table.source}: key engine: {exc}") from None
+
+
+def _apply_overrides(definition: _Definition, overrides: dict[str, str]) -> tuple[int, EngineConfig]:
+    changes: dict[str, Any] = {}
+    for key, text in overrides.items():
+        try:
+            changes[key] = EngineConfig.parse_value(key, text)
+        except ConfigError as exc:
+            raise WorkloadError(f"--set {key}={text}: {exc}") from None
+    try:
+        engine = definition.engine.replace(**changes)
+    except ConfigError as exc:
+        keys = " ".join(f"{key}={text}" for key, text in overrides.items())
+        raise WorkloadError(f"--set {keys}: {exc}") from None
+    return engine.seed, engine

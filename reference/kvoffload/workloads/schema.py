@@ -1,0 +1,141 @@
+"""Typed, validated reads of the TOML tables of a workload definition.
+
+Every problem becomes one :class:`WorkloadError` whose message is a single line naming the file,
+the key (or line, or record) and what was expected::
+
+    workloads/x.toml: key generator.turns: expected an integer >= 1, got -3
+
+A :class:`TableReader` hands out the keys a generator asks for and, in :meth:`TableReader.finish`,
+rejects every key nobody asked for, so a typo is an error rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, NoReturn, Sequence
+
+_REQUIRED: Any = object()
+
+
+class WorkloadError(ValueError):
+    """Bad workload input. The message is one line: file, line or key, what was expected."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+
+def fail(source: str, where: str, expected: str, got: object) -> NoReturn:
+    """Raise the canonical error: ``{source}: {where}: expected {expected}, got {got!r}``."""
+    raise WorkloadError(f"{source}: {where}: expected {expected}, got {show(got)}")
+
+
+def json_problem(error: json.JSONDecodeError) -> str:
+    """``Unterminated string starting at column 31`` from a JSONDecodeError."""
+    return f"{error.msg.removesuffix(' at')} at column {error.colno}"
+
+
+def show(value: object) -> str:
+    """A short, one-line rendering of a value read from a file."""
+    if isinstance(value, dict):
+        return "a table" if value else "an empty table"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class TableReader:
+    """One TOML table; ``prefix`` is its dotted name (``"generator."``) used in messages."""
+
+    def __init__(self, table: Mapping[str, Any], *, source: str, prefix: str = "") -> None:
+        self.source = source
+        self.prefix = prefix
+        self._table = dict(table)
+        self._read: set[str] = set()
+
+    def has(self, key: str) -> bool:
+        return key in self._table
+
+    def keys(self) -> list[str]:
+        return list(self._table)
+
+    def where(self, key: str) -> str:
+        return f"key {self.prefix}{key}"
+
+    def fail(self, key: str, expected: str, got: object) -> NoReturn:
+        fail(self.source, self.where(key), expected, got)
+
+    def raw(self, key: str, default: Any = _REQUIRED) -> Any:
+        """The value as parsed by TOML; a missing required key is an error."""
+        self._read.add(key)
+        if key in self._table:
+            return self._table[key]
+        if default is _REQUIRED:
+            raise WorkloadError(f"{self.source}: {self.where(key)}: required key is missing")
+        return default
+
+    def integer(self, key: str, *, minimum: int | None = None, default: Any = _REQUIRED) -> int:
+        value = self.raw(key, default)
+        if not is_int(value) or (minimum is not None and value < minimum):
+            self.fail(key, "an integer" + (f" >= {minimum}" if minimum is not None else ""), value)
+        return value
+
+    def optional_integer(self, key: str, *, minimum: int) -> int | None:
+        if self.raw(key, None) is None:
+            return None
+        return self.integer(key, minimum=minimum)
+
+    def number(self, key: str, *, minimum: float | None = None, maximum: float | None = None,
+               above: float | None = None, default: Any = _REQUIRED) -> float:
+        """A float; ``minimum``/``maximum`` are inclusive bounds, ``above`` an exclusive one."""
+        value = self.raw(key, default)
+        ok = is_number(value)
+        ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
+        ok = ok and (above is None or value > above)
+        if not ok:
+            self.fail(key, _number_expectation(minimum, maximum, above), value)
+        return float(value)
+
+    def boolean(self, key: str, *, default: Any = _REQUIRED) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            self.fail(key, "true or false", value)
+        return value
+
+    def string(self, key: str, *, choices: Sequence[str] | None = None, default: Any = _REQUIRED) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str) or (choices is not None and value not in choices):
+            expected = "one of " + ", ".join(repr(c) for c in choices) if choices else "a string"
+            self.fail(key, expected, value)
+        return value
+
+    def table(self, key: str, *, default: Any = _REQUIRED) -> "TableReader":
+        value = self.raw(key, default)
+        if not isinstance(value, dict):
+            self.fail(key, "a table", value)
+        return TableReader(value, source=self.source, prefix=f"{self.prefix}{key}.")
+
+    def finish(self) -> None:
+        """Reject the keys nobody read (typos, settings of another generator)."""
+        unknown = sorted(set(self._table) - self._read)
+        if unknown:
+            known = ", ".join(sorted(self._read)) or "none"
+            raise WorkloadError(
+                f"{self.source}: {self.where(unknown[0])}: unknown key (expected one of: {known})"
+            )
+
+
+def _number_expectation(minimum: float | None, maximum: float | None, above: float | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"a number within [{minimum:g}, {maximum:g}]"
+    if minimum is not None:
+        return f"a number >= {minimum:g}"
+    if above is not None:
+        return f"a number > {above:g}"
+    return "a number"
