@@ -1,0 +1,106 @@
+"""GPU block pool with prefix caching, in vLLM's free-queue discipline (notes B.2 O4).
+
+- Block 0 is the null block: never handed out.
+- A block is *committed* (findable by its chained hash) only once every slot of it holds KV a
+  forward pass wrote for the request's real tokens: never the final sampled token's slot, never
+  a rejected draft's.
+- Freed committed blocks join the tail of the free queue (least recently freed are reused first,
+  and they can still be hit meanwhile); freed uncommitted blocks go to the head and are handed
+  out next. Handing out a committed block evicts its hash.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+from kvoffload.core.types import BlockId
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._ref_count = [0] * num_blocks
+        self._hash_of: list[bytes | None] = [None] * num_blocks
+        self._block_of_hash: dict[bytes, BlockId] = {}
+        # Free queue: head = next handed out. OrderedDict gives O(1) removal of a cached block
+        # that a prefix hit takes back.
+        self._free: OrderedDict[BlockId, None] = OrderedDict((b, None) for b in range(1, num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def cached_prefix(self, block_hashes: Sequence[bytes], max_blocks: int) -> list[BlockId]:
+        """Longest run of committed blocks matching ``block_hashes`` from the start."""
+        found = []
+        lookup = self._block_of_hash
+        for block_hash in block_hashes[:max_blocks]:
+            block = lookup.get(block_hash)
+            if block is None:
+                break
+            found.append(block)
+        return found
+
+    def num_free_after_taking(self, blocks: Sequence[BlockId]) -> int:
+        """Free blocks left once ``blocks`` (a prefix hit, some maybe free) are taken."""
+        return len(self._free) - sum(1 for block in blocks if self._ref_count[block] == 0)
+
+    def take(self, blocks: Sequence[BlockId]) -> None:
+        """A request starts using cached blocks (prefix hit)."""
+        for block in blocks:
+            if self._ref_count[block] == 0:
+                del self._free[block]
+            self._ref_count[block] += 1
+
+    def allocate(self, n: int) -> list[BlockId]:
+        if n > len(self._free):
+            raise MemoryError(f"{n} blocks asked, {len(self._free)} free")
+        blocks = []
+        for _ in range(n):
+            block, _ = self._free.popitem(last=False)
+            old_hash = self._hash_of[block]
+            if old_hash is not None:  # reuse evicts the cached content
+                del self._block_of_hash[old_hash]
+                self._hash_of[block] = None
+            self._ref_count[block] = 1
+            blocks.append(block)
+        return blocks
+
+    def commit(self, blocks: Sequence[BlockId], block_hashes: Sequence[bytes], start: int, end: int) -> None:
+        """Make blocks ``start..end-1`` of a request findable; a hash cached already stays with
+        its first block (this one then remains uncommitted)."""
+        for i in range(start, end):
+            block, block_hash = blocks[i], block_hashes[i]
+            if self._hash_of[block] is None and block_hash not in self._block_of_hash:
+                self._hash_of[block] = block_hash
+                self._block_of_hash[block_hash] = block
+
+    def free(self, blocks: Sequence[BlockId]) -> None:
+        """Release a request's blocks, last first, so its tail is reused before its prefix."""
+        for block in reversed(blocks):
+            self._ref_count[block] -= 1
+            if self._ref_count[block] == 0:
+                self._free[block] = None
+                if self._hash_of[block] is None:
+                    self._free.move_to_end(block, last=False)
+
+    def is_committed(self, block: BlockId) -> bool:
+        return self._hash_of[block] is not None
+
+    def uncache_free_blocks(self) -> None:
+        """reset_prefix_cache: free blocks lose their hashes (blocks in use keep theirs)."""
+        for block in self._free:
+            old_hash = self._hash_of[block]
+            if old_hash is not None:
+                del self._block_of_hash[old_hash]
+                self._hash_of[block] = None
+
+    def check_invariants(self, blocks_in_use: int) -> None:
+        in_use = sum(1 for b in range(1, self.num_blocks) if self._ref_count[b] > 0)
+        assert in_use + len(self._free) == self.num_blocks - 1, "block pool accounting is off"
+        assert all(self._ref_count[b] == 0 for b in self._free), "a free block is referenced"
+        assert in_use <= blocks_in_use, "blocks referenced by no request"
+        for block_hash, block in self._block_of_hash.items():
+            assert self._hash_of[block] == block_hash, "hash index disagrees with block"

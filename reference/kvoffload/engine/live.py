@@ -1,0 +1,68 @@
+"""The engine's own record of one request while it lives (the connector sees only ``req``)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvoffload.core.request import Request
+from kvoffload.core.types import BlockId, RequestStatus
+from kvoffload.engine.oracle import prefix_fingerprints
+from kvoffload.engine.requests import RequestSpec
+
+
+@dataclass
+class LiveRequest:
+    spec: RequestSpec
+    req: Request
+    # The whole scripted sequence (prompt + every output token) and its slot fingerprints: what
+    # the forward writes at each position, and what a loaded slot must hold.
+    truth: np.ndarray
+    truth_fp: np.ndarray
+    arrival_step: int
+    blocks: list[BlockId] = field(default_factory=list)
+    num_committed_blocks: int = 0  # blocks already findable in the GPU prefix cache
+    num_outputs: int = 0  # sampled tokens appended so far
+    pending_outputs: int = 0  # async: scheduled steps whose sample is not processed yet
+    generation: int = 0  # bumped by preemption: outputs scheduled before it are dropped
+    spec_steps: int = 0  # decode steps with drafts so far (indexes accept_counts)
+    load_job: int | None = None  # load in flight
+    loaded_tokens: int = 0  # tokens its load (GPU hit + connector hit) brings
+    loaded: bool = False  # its load landed: the next schedule continues after it
+    abort_requested: bool = False
+    admitted: bool = False  # the first admission (for hit-rate metrics) happened
+    finished_step: int | None = None
+
+    @classmethod
+    def create(cls, spec: RequestSpec, block_size: int, arrival_step: int) -> "LiveRequest":
+        truth = np.asarray(spec.prompt_token_ids + spec.output_token_ids, dtype=np.int64)
+        return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size), truth=truth,
+                   truth_fp=prefix_fingerprints(truth), arrival_step=arrival_step)
+
+    @property
+    def req_id(self) -> str:
+        return self.spec.req_id
+
+    @property
+    def status(self) -> RequestStatus:
+        return self.req.status
+
+    def scheduling_cap_reached(self) -> bool:
+        """Async: no more steps once every output is sampled or in flight. A length cap is known
+        to the scheduler; an EOS is not, so an EOS request is scheduled once more."""
+        limit = self.spec.max_tokens if self.spec.stop == "length" else self.spec.max_tokens + 1
+        return self.num_outputs + self.pending_outputs >= limit
+
+    def accepted_drafts(self, k: int, acceptance: float, rng: random.Random) -> int:
+        counts = self.spec.accept_counts
+        if counts:
+            accepted = counts[self.spec_steps % len(counts)]
+        else:
+            accepted = 0
+            while accepted < k and rng.random() < acceptance:
+                accepted += 1
+        self.spec_steps += 1
+        # Never accept past the scripted output: the bonus token must exist.
+        return max(0, min(accepted, k, self.spec.max_tokens - self.num_outputs - 1))

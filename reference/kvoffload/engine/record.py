@@ -1,0 +1,65 @@
+"""What a run observed, raw: the metrics module turns this into the glossary's numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PoisonedLoad:
+    step: int
+    req_id: str
+    chunk: int
+    bad_slots: int
+
+
+@dataclass(frozen=True)
+class FenceViolation:
+    step: int
+    block: int
+    writer: str  # "forward" or "load"
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A follow-up's first admission, seen against its parent's last fully-written chunk."""
+
+    req_id: str
+    parent: str
+    eligible: bool  # the parent's last fully-written chunk was not in the GPU prefix cache
+    served: bool  # ... and the connector supplied it
+
+
+@dataclass
+class RunRecord:
+    steps: int = 0
+    requests: int = 0
+    finished_requests: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    scheduled_tokens: int = 0
+    gpu_hit_tokens: int = 0  # first admissions only
+    admitted_prompt_tokens: int = 0
+    connector_hit_tokens_admitted: int = 0
+    preemptions: int = 0
+    poisoned: list[PoisonedLoad] = field(default_factory=list)
+    fence_violations: list[FenceViolation] = field(default_factory=list)
+    continuations: list[Continuation] = field(default_factory=list)
+    store_submit_delays: list[int] = field(default_factory=list)  # per chunk, in steps
+    store_visible_delays: list[int] = field(default_factory=list)
+    connector_seconds: float = 0.0  # wall time inside connector calls, both sides
+    modeled_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    crash: str | None = None
+    crash_step: int | None = None
+    stuck_requests: tuple[str, ...] = ()
+    leaked_requests: tuple[str, ...] = ()
+    lifecycle_violations: int = 0
+    invariant_failures: list[str] = field(default_factory=list)
+    store_bytes: int = 0
+    store_seconds: float = 0.0
+    load_bytes: int = 0
+    load_seconds: float = 0.0
+    unknown_wait_ids: int = 0
+    connector_stats: dict = field(default_factory=dict)
+    trace_events: list[dict] = field(default_factory=list)
