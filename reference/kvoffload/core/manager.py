@@ -216,7 +216,12 @@ class CPUOffloadManager:
             return "absent"
         return "pending" if chunk.ref_count < 0 else ("ready" if chunk.ref_count == 0 else "loading")
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, full: bool = True) -> None:
+        """Slot accounting always; with ``full``, every slot and state (O(capacity))."""
+        assert len(self._chunks) + len(self._free_slots) == self.capacity_chunks, "slots leaked"
+        assert len(self._evictable) <= len(self._chunks), "evictable chunk that is not held"
+        if not full:
+            return
         used = {chunk.slot for chunk in self._chunks.values()}
         assert len(used) == len(self._chunks), "two chunks share a slot"
         assert not used & set(self._free_slots), "a slot is both used and free"

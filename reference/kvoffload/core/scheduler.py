@@ -219,14 +219,16 @@ class ReferenceConnectorScheduler:
             if state is None:
                 continue
             req = state.req
+            start = state.next_stored_chunk
+            num_chunks = self._offloadable_tokens(req, out.num_scheduled_tokens.get(req_id, 0)) // tpc
+            if num_chunks <= start:
+                continue  # the common decode step: no chunk completed
             finished = req.status.is_finished
             self._refresh_keys(state)
-            num_chunks = self._offloadable_tokens(req, out.num_scheduled_tokens.get(req_id, 0)) // tpc
             if fixes.storable_within_allocated:
                 num_chunks = min(num_chunks, len(state.block_ids) // bpc, len(state.offload_keys))
-            start = state.next_stored_chunk
-            if num_chunks <= start:
-                continue
+                if num_chunks <= start:
+                    continue
             keys = state.offload_keys[start:num_chunks]
             last_blocks = state.block_ids[start * bpc + bpc - 1:num_chunks * bpc:bpc]
             if not len(keys) == len(last_blocks) == num_chunks - start:
@@ -372,9 +374,10 @@ class ReferenceConnectorScheduler:
     def next_stored_chunk(self, req_id: ReqId) -> int:
         return self._requests[req_id].next_stored_chunk
 
-    def check_invariants(self) -> None:
+    def check_invariants(self, full: bool = True) -> None:
+        """I1-I4 over the job indexes (cost: jobs in flight); ``full`` adds O(capacity) checks."""
         self.jobs.check_invariants()
-        self.manager.check_invariants()
+        self.manager.check_invariants(full)
         for req_id in self.jobs.request_ids():
             assert req_id in self._requests, f"I3: {req_id!r} has jobs but no state"
         if self.fixes.storable_within_allocated:

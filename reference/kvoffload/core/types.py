@@ -65,14 +65,11 @@ class RequestStatus(enum.Enum):
     FINISHED_LENGTH = "finished_length"  # max_tokens reached
     FINISHED_ABORTED = "finished_aborted"
 
-    @property
-    def is_finished(self) -> bool:
-        return self in _FINISHED
+    is_finished: bool  # set below for every member: read on the connector's hot path
 
 
-_FINISHED = frozenset(
-    {RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED}
-)
+for _status in RequestStatus:
+    _status.is_finished = _status.value.startswith("finished")
 
 
 class RequestView(Protocol):

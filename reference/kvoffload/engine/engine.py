@@ -42,7 +42,7 @@ from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.live import LiveRequest
-from kvoffload.engine.oracle import extend_fingerprint, to_signed_int
+from kvoffload.engine.oracle import extend_fingerprint, prefix_fingerprints, to_signed_int
 from kvoffload.engine.record import Continuation, FenceViolation, PoisonedLoad, RunRecord
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.worker.connector import WorkerConnector
@@ -52,6 +52,10 @@ from kvoffload.worker.stepped import SteppedTransferHandler
 # Steps without any progress (nothing scheduled, nothing in flight, nothing to arrive) after
 # which the run stops and reports the waiting requests as stuck.
 STUCK_AFTER_STEPS = 200
+# The O(capacity) invariant checks run this often (and at the end); the cheap ones every step.
+FULL_CHECK_EVERY_STEPS = 256
+# Steps writing at most this many positions per request compute slot indices in plain Python.
+SMALL_WRITE = 16
 
 
 class EngineInvariantError(AssertionError):
@@ -120,6 +124,13 @@ class Engine:
         self.pool = BlockPool(config.gpu_blocks, bs)
         self.record = RunRecord()
 
+        # Fingerprints of every request's scripted sequence, side by side (filled on arrival).
+        self._fp_offsets: dict[str, int] = {}
+        total = 0
+        for spec in requests:
+            self._fp_offsets[spec.req_id] = total
+            total += spec.num_prompt_tokens + spec.max_tokens
+        self._fp_arena = np.zeros(total, dtype=np.int64)
         self._specs = {spec.req_id: spec for spec in requests}
         if len(self._specs) != len(requests):
             raise ValueError("request ids must be unique")
@@ -231,7 +242,10 @@ class Engine:
         arrivals = self._arrivals
         while arrivals and arrivals[0][0] <= step:
             _, _, spec = arrivals.pop(0)
-            live = LiveRequest.create(spec, self.config.block_size, step)
+            offset = self._fp_offsets[spec.req_id]
+            live = LiveRequest.create(spec, self.config.block_size, step, offset)
+            self._fp_arena[offset:offset + len(live.truth)] = prefix_fingerprints(
+                np.asarray(live.truth, dtype=np.int64)).view(np.int64)
             self._live[spec.req_id] = live
             self._waiting.append(live)
             self.record.requests += 1
@@ -394,7 +408,7 @@ class Engine:
         tpc = self.config.tokens_per_chunk
         last_chunk_end = ((parent.req.num_tokens - 1) // tpc) * tpc  # end of its last fully-written chunk
         prompt = live.spec.prompt_token_ids
-        if last_chunk_end == 0 or tuple(parent.truth[:last_chunk_end]) != prompt[:last_chunk_end]:
+        if last_chunk_end == 0 or parent.truth[:last_chunk_end] != prompt[:last_chunk_end]:
             return
         eligible = num_local < last_chunk_end
         record.continuations.append(Continuation(live.req_id, parent_id, eligible,
@@ -403,28 +417,40 @@ class Engine:
     # ---- forward and copies -----------------------------------------------------------------
 
     def _forward(self, step: int, scheduled: Sequence[_Scheduled], plan: StepPlan) -> None:
+        """Write each scheduled position's fingerprint into its slot (one tensor write per step)."""
         bs = self.config.block_size
         tpc = self.config.tokens_per_chunk
-        slots: list[np.ndarray] = []
-        values: list[np.ndarray] = []
+        small_slots: list[int] = []  # decode-sized writes, computed in Python
+        small_sources: list[int] = []  # their arena indices
+        big_slots: list[np.ndarray] = []
+        big_sources: list[np.ndarray] = []
+        draft_slots: list[int] = []
+        draft_values: list[int] = []
         written_blocks: set[int] = set()
         for item in scheduled:
             live = item.live
-            blocks = np.asarray(live.blocks, dtype=np.int64)
-            known_end = min(item.start + item.num_tokens, len(live.truth))
-            drafted = item.start + item.num_tokens - known_end
-            positions = np.arange(item.start, item.start + item.num_tokens, dtype=np.int64)
-            block_index = blocks[positions // bs]
-            slots.append(block_index * bs + positions % bs)
-            fp = live.truth_fp[item.start:known_end].view(np.int64).copy()
-            if item.num_tokens > 1 and not item.prefill:
-                fp = self._draft_fingerprints(item, fp, drafted)
-            elif drafted:
-                fp = np.concatenate([fp, np.full(drafted, 1, dtype=np.int64)])
-            values.append(fp)
-            written_blocks.update(block_index.tolist())
-            end = item.start + item.num_tokens
-            for chunk in range(cdiv(item.start + 1, tpc) - 1, end // tpc):  # chunks whose last slot was written
+            blocks = live.blocks
+            start, end = item.start, item.start + item.num_tokens
+            if item.num_tokens > 1 and not item.prefill:  # 1 real token + drafts
+                for position, value in self._draft_fingerprints(item):
+                    block = blocks[position // bs]
+                    written_blocks.add(block)
+                    draft_slots.append(block * bs + position % bs)
+                    draft_values.append(value)
+            elif item.num_tokens <= SMALL_WRITE:
+                for position in range(start, end):
+                    block = blocks[position // bs]
+                    written_blocks.add(block)
+                    small_slots.append(block * bs + position % bs)
+                    small_sources.append(live.fp_offset + position)
+            else:
+                first, last = start // bs, (end - 1) // bs
+                table = np.asarray(blocks[first:last + 1], dtype=np.int64)
+                positions = np.arange(start, end, dtype=np.int64)
+                big_slots.append(table[positions // bs - first] * bs + positions % bs)
+                big_sources.append(positions + live.fp_offset)
+                written_blocks.update(blocks[first:last + 1])
+            for chunk in range(cdiv(start + 1, tpc) - 1, end // tpc):  # chunks whose last slot was written
                 self._chunk_written_at[(live.req_id, chunk)] = step
         for job in plan.load_jobs:
             written_blocks.update(job.gpu_block_ids)
@@ -432,26 +458,32 @@ class Engine:
         if pending and not pending.isdisjoint(written_blocks):
             for block in sorted(pending & written_blocks):
                 self.record.fence_violations.append(FenceViolation(step, block, "forward"))
-        if slots:
-            index = torch.from_numpy(np.concatenate(slots))
-            self._slot_fp[index] = torch.from_numpy(np.concatenate(values))
+        if small_slots or big_slots or draft_slots:
+            slots = np.concatenate([np.asarray(small_slots + draft_slots, dtype=np.int64), *big_slots])
+            sources = np.concatenate([np.asarray(small_sources, dtype=np.int64), *big_sources])
+            values = self._fp_arena[sources]
+            if draft_slots:
+                values = np.concatenate([values[:len(small_slots)], np.asarray(draft_values, dtype=np.int64),
+                                         values[len(small_slots):]])
+            self._slot_fp[torch.from_numpy(slots)] = torch.from_numpy(values)
 
-    def _draft_fingerprints(self, item: _Scheduled, fp_known: np.ndarray, beyond: int) -> np.ndarray:
+    def _draft_fingerprints(self, item: _Scheduled) -> list[tuple[int, int]]:
         """Decode step with drafts: position ``start`` is the real last token; draft j sits at
         ``start + 1 + j``. Accepted drafts carry the true prefix; from the first rejected one on,
         the slot holds KV of a prefix that never happened."""
         live = item.live
-        out = fp_known.tolist() + [0] * beyond
-        previous = int(live.truth_fp[item.start])
+        arena, base, truth = self._fp_arena, live.fp_offset, live.truth
+        previous = int(arena[base + item.start]) & ((1 << 64) - 1)
+        written = [(item.start, to_signed_int(previous))]
         for j in range(item.num_tokens - 1):
             position = item.start + 1 + j
-            if j < item.accepted and position < len(live.truth):
-                previous = int(live.truth_fp[position])
+            if j < item.accepted and position < len(truth):
+                previous = int(arena[base + position]) & ((1 << 64) - 1)
             else:
-                wrong = int(live.truth[position]) + 1 if position < len(live.truth) else 1
+                wrong = truth[position] + 1 if position < len(truth) else 1
                 previous = extend_fingerprint(previous, wrong)
-            out[1 + j] = to_signed_int(previous)
-        return np.asarray(out, dtype=np.int64)
+            written.append((position, to_signed_int(previous)))
+        return written
 
     def _note_store_jobs(self, plan: StepPlan, step: int) -> None:
         for job in plan.store_jobs:
@@ -497,7 +529,7 @@ class Engine:
             req = live.req
             if item.samples:
                 count = item.accepted + 1
-                tokens = live.truth[req.num_tokens:req.num_tokens + count].tolist()
+                tokens = live.truth[req.num_tokens:req.num_tokens + count]
                 req.append_tokens(tokens)
                 live.num_outputs += len(tokens)
                 self.record.output_tokens += len(tokens)
@@ -566,7 +598,7 @@ class Engine:
         blocks = np.asarray(job.gpu_block_ids, dtype=np.int64)
         slots = (blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
         held = self._slot_fp[torch.from_numpy(slots)].numpy()
-        expected = live.truth_fp[start:end].view(np.int64)
+        expected = self._fp_arena[live.fp_offset + start:live.fp_offset + end]
         bad = held != expected
         if bad.any():
             positions = np.nonzero(bad)[0] + start
@@ -576,11 +608,13 @@ class Engine:
 
     # ---- invariants and the end ---------------------------------------------------------------
 
-    def _check_invariants(self) -> None:
+    def _check_invariants(self, full: bool | None = None) -> None:
+        if full is None:
+            full = self._step % FULL_CHECK_EVERY_STEPS == 0
         try:
-            self.connector.check_invariants()
+            self.connector.check_invariants(full)
             in_use = sum(len(live.blocks) for live in self._live.values())
-            self.pool.check_invariants(in_use)
+            self.pool.check_invariants(in_use, full)
         except AssertionError as error:
             if self.strict:
                 raise EngineInvariantError(str(error)) from error
@@ -588,6 +622,8 @@ class Engine:
 
     def _finish_record(self, wall: float) -> None:
         record = self.record
+        if self.check_invariants and record.crash is None:
+            self._check_invariants(full=True)
         record.wall_seconds = wall
         record.lifecycle_violations = len(self.connector.manager.violations)
         if record.crash is None and not record.stuck_requests:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from kvoffload.core.request import Request
 from kvoffload.core.types import BlockId, RequestStatus
-from kvoffload.engine.oracle import prefix_fingerprints
 from kvoffload.engine.requests import RequestSpec
 
 
@@ -17,10 +14,11 @@ from kvoffload.engine.requests import RequestSpec
 class LiveRequest:
     spec: RequestSpec
     req: Request
-    # The whole scripted sequence (prompt + every output token) and its slot fingerprints: what
-    # the forward writes at each position, and what a loaded slot must hold.
-    truth: np.ndarray
-    truth_fp: np.ndarray
+    # The whole scripted sequence (prompt + every output token). Its slot fingerprints live in
+    # the engine's arena from ``fp_offset`` on: what the forward writes at each position, and
+    # what a loaded slot must hold.
+    truth: tuple[int, ...]
+    fp_offset: int
     arrival_step: int
     blocks: list[BlockId] = field(default_factory=list)
     num_committed_blocks: int = 0  # blocks already findable in the GPU prefix cache
@@ -36,10 +34,10 @@ class LiveRequest:
     finished_step: int | None = None
 
     @classmethod
-    def create(cls, spec: RequestSpec, block_size: int, arrival_step: int) -> "LiveRequest":
-        truth = np.asarray(spec.prompt_token_ids + spec.output_token_ids, dtype=np.int64)
-        return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size), truth=truth,
-                   truth_fp=prefix_fingerprints(truth), arrival_step=arrival_step)
+    def create(cls, spec: RequestSpec, block_size: int, arrival_step: int, fp_offset: int) -> "LiveRequest":
+        return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size),
+                   truth=spec.prompt_token_ids + spec.output_token_ids, fp_offset=fp_offset,
+                   arrival_step=arrival_step)
 
     @property
     def req_id(self) -> str:
