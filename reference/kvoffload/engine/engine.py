@@ -89,9 +89,11 @@ class _RecordingHandler:
         self._inner = inner
         self._on_store_submitted = on_store_submitted
         self.kv = inner.kv
+        self.submitted_store_ids: set[int] = set()
 
     def submit_store(self, job: TransferJob) -> None:
         self._inner.submit_store(job)
+        self.submitted_store_ids.add(job.job_id)
         self._on_store_submitted(job)
 
     def __getattr__(self, name):
@@ -117,7 +119,8 @@ class Engine:
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
         self._slot_fp = self.kv.gpu.view(config.gpu_blocks * bs, config.slot_bytes).view(torch.int64)[:, 0]
         self.handler = SteppedTransferHandler(self.kv, config.store_completion_steps)
-        self.worker = WorkerConnector(_RecordingHandler(self.handler, self._store_submitted), self.fixes)
+        self._handler_proxy = _RecordingHandler(self.handler, self._store_submitted)
+        self.worker = WorkerConnector(self._handler_proxy, self.fixes)
         connector_config = config.connector_config()
         self.connector = ReferenceConnectorScheduler(connector_config, self.fixes)
         self.connector.manager.raise_on_violation = strict
@@ -158,6 +161,7 @@ class Engine:
             if spec.abort_at_step is not None:
                 self._aborts.setdefault(spec.abort_at_step, []).append(spec.req_id)
         self._store_chunks_written_at: dict[int, list[int]] = {}  # store job -> written step per chunk
+        self._open_stores: dict[int, TransferJob] = {}  # built, completion not reported yet
         self._store_submitted_at: dict[int, int] = {}
         self._chunk_written_at: dict[tuple[str, int], int] = {}
         self._pending_output: _StepOutput | None = None
@@ -319,6 +323,7 @@ class Engine:
                 new_blocks[live.req_id] = tuple(fresh)
             samples = req.num_computed_tokens + count >= known
             accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
+            self._commit(live, count)
             scheduled.append(_Scheduled(live, req.num_computed_tokens, count, samples, accepted,
                                         live.generation, prefill=remaining > 1))
             num_scheduled[live.req_id] = count
@@ -368,6 +373,7 @@ class Engine:
             new_blocks[live.req_id] = tuple(live.blocks)
             known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
             samples = req.num_computed_tokens + count >= known
+            self._commit(live, count)
             scheduled.append(_Scheduled(live, req.num_computed_tokens, count, samples, 0, live.generation,
                                         prefill=True))
             num_scheduled[live.req_id] = count
@@ -380,6 +386,16 @@ class Engine:
         out = SchedulerOutput(step=step, num_scheduled_tokens=num_scheduled, new_block_ids=new_blocks,
                               finished_req_ids=finished, preempted_req_ids=tuple(preempted))
         return out, scheduled, preempted
+
+    def _commit(self, live: LiveRequest, num_new: int) -> None:
+        """vLLM caches blocks when it allocates them, for the tokens known at that moment:
+        min(computed + new, num_tokens). Drafts and async placeholders are not in num_tokens, so
+        the block a request's final tokens fill is never committed (notes B.2 O4)."""
+        req = live.req
+        full_blocks = min(req.num_computed_tokens + num_new, req.num_tokens) // self.config.block_size
+        if full_blocks > live.num_committed_blocks:
+            self.pool.commit(live.blocks, req.block_hashes, live.num_committed_blocks, full_blocks)
+            live.num_committed_blocks = full_blocks
 
     def _preempt(self, live: LiveRequest) -> None:
         """Recompute preemption: blocks back to the pool, progress forgotten, front of the queue."""
@@ -426,10 +442,11 @@ class Engine:
         big_sources: list[np.ndarray] = []
         draft_slots: list[int] = []
         draft_values: list[int] = []
-        written_blocks: set[int] = set()
+        writes: dict[str, set[int]] = {}
         for item in scheduled:
             live = item.live
             blocks = live.blocks
+            written_blocks = writes.setdefault(live.req_id, set())
             start, end = item.start, item.start + item.num_tokens
             if item.num_tokens > 1 and not item.prefill:  # 1 real token + drafts
                 for position, value in self._draft_fingerprints(item):
@@ -452,12 +469,7 @@ class Engine:
                 written_blocks.update(blocks[first:last + 1])
             for chunk in range(cdiv(start + 1, tpc) - 1, end // tpc):  # chunks whose last slot was written
                 self._chunk_written_at[(live.req_id, chunk)] = step
-        for job in plan.load_jobs:
-            written_blocks.update(job.gpu_block_ids)
-        pending = self.worker.pending_store_source_blocks()
-        if pending and not pending.isdisjoint(written_blocks):
-            for block in sorted(pending & written_blocks):
-                self.record.fence_violations.append(FenceViolation(step, block, "forward"))
+        self._check_fence(step, plan, writes)
         if small_slots or big_slots or draft_slots:
             slots = np.concatenate([np.asarray(small_slots + draft_slots, dtype=np.int64), *big_slots])
             sources = np.concatenate([np.asarray(small_sources, dtype=np.int64), *big_sources])
@@ -466,6 +478,30 @@ class Engine:
                 values = np.concatenate([values[:len(small_slots)], np.asarray(draft_values, dtype=np.int64),
                                          values[len(small_slots):]])
             self._slot_fp[torch.from_numpy(slots)] = torch.from_numpy(values)
+
+    def _check_fence(self, step: int, plan: StepPlan, writes: dict[str, set[int]]) -> None:
+        """No block a not-yet-copied store reads may be written for another request first.
+
+        Not yet copied at forward time: this plan's stores the worker has not submitted, and
+        stores submitted but not waited on (they copy after this forward). The worker's queue
+        for the next step is empty here: handle_preemptions drained it.
+        """
+        submitted = self._handler_proxy.submitted_store_ids
+        not_copied = [job for job in plan.store_jobs if job.job_id not in submitted]
+        in_handler = self.handler.pending_store_job_ids()
+        if in_handler:
+            not_copied += [self._open_stores[job_id] for job_id in in_handler]
+        if not not_copied:
+            return
+        readers: dict[int, set[str]] = {}
+        for job in not_copied:
+            for block in job.gpu_block_ids:
+                readers.setdefault(block, set()).add(job.req_id)
+        load_writes = [(job.req_id, job.gpu_block_ids, "load") for job in plan.load_jobs]
+        for writer, blocks, kind in [(r, b, "forward") for r, b in writes.items()] + load_writes:
+            for block in blocks:
+                if readers.get(block, {writer}) - {writer}:
+                    self.record.fence_violations.append(FenceViolation(step, block, kind))
 
     def _draft_fingerprints(self, item: _Scheduled) -> list[tuple[int, int]]:
         """Decode step with drafts: position ``start`` is the real last token; draft j sits at
@@ -487,6 +523,7 @@ class Engine:
 
     def _note_store_jobs(self, plan: StepPlan, step: int) -> None:
         for job in plan.store_jobs:
+            self._open_stores[job.job_id] = job
             self._store_chunks_written_at[job.job_id] = [
                 self._chunk_written_at.get((job.req_id, chunk), step) for chunk in job.chunk_indices]
         for job in plan.load_jobs:
@@ -535,10 +572,6 @@ class Engine:
                 self.record.output_tokens += len(tokens)
                 rejected = item.num_tokens - 1 - item.accepted if not item.prefill else 0
                 req.num_computed_tokens -= rejected
-            full_blocks = min(req.num_computed_tokens, req.num_tokens) // bs
-            if full_blocks > live.num_committed_blocks:
-                self.pool.commit(live.blocks, req.block_hashes, live.num_committed_blocks, full_blocks)
-                live.num_committed_blocks = full_blocks
             if live.num_outputs >= live.spec.max_tokens:
                 status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
                 self._finish(live, status, step)
@@ -566,6 +599,7 @@ class Engine:
         self._timed(self.connector.update_connector_output, acks)
         for result in results:
             if result.job_id in self._store_chunks_written_at:
+                del self._open_stores[result.job_id]
                 written = self._store_chunks_written_at.pop(result.job_id)
                 self.record.store_visible_delays.extend(step - w for w in written)
                 continue
@@ -586,9 +620,7 @@ class Engine:
         req.num_computed_tokens = min(live.loaded_tokens, req.num_tokens - 1)
         live.loaded = True
         req.status = RequestStatus.WAITING
-        full_blocks = req.num_computed_tokens // self.config.block_size
-        self.pool.commit(live.blocks, req.block_hashes, live.num_committed_blocks, full_blocks)
-        live.num_committed_blocks = max(live.num_committed_blocks, full_blocks)
+        self._commit(live, 0)
 
     def _check_loaded_slots(self, live: LiveRequest, job_id: int, step: int) -> None:
         job = self._loaded_jobs.pop(job_id)

@@ -1,0 +1,102 @@
+"""Result files: one JSON per run, written atomically, read back by ``report`` and ``compare``.
+
+Layout: {"schema", "workload", "connector", "config", "metrics", "provenance", "error"}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "kvoffload-bench/run/v1"
+
+
+class ResultError(ValueError):
+    """A result file that cannot be read; the message names the file and the problem."""
+
+
+def provenance(seed: int) -> dict[str, Any]:
+    import torch
+
+    from kvoffload import __version__
+
+    return {
+        "commit": _git_commit(),
+        "versions": {"kvoffload": __version__, "python": platform.python_version(), "torch": torch.__version__},
+        "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()},
+        "seed": seed,
+    }
+
+
+def _git_commit() -> str | None:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=True)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def build_result(*, workload: dict, connector: dict, config: Any, metrics: dict, seed: int,
+                 error: dict | None = None) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "workload": workload,
+        "connector": connector,
+        "config": dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config),
+        "metrics": metrics,
+        "provenance": provenance(seed),
+        "error": error,
+    }
+
+
+def check_writable(path: Path) -> None:
+    """Raise OSError naming the problem if ``path`` could not be written (before a long run)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.exists() and path.is_dir():
+        raise OSError(f"--out {path}: is a directory")
+    if not parent.exists():
+        raise OSError(f"--out {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OSError(f"--out {path}: directory {parent} is not writable")
+
+
+def write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to a temporary file beside ``path`` and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=False)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_result(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ResultError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultError(f"{path}: cannot read ({error})") from None
+    except json.JSONDecodeError as error:
+        raise ResultError(f"{path}: not JSON (line {error.lineno}: {error.msg})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ResultError(f"{path}: not a kvoffload result (expected schema {SCHEMA!r})")
+    for key in ("workload", "connector", "config", "metrics"):
+        if not isinstance(data.get(key), dict):
+            raise ResultError(f"{path}: key {key!r} missing or not an object")
+    return data

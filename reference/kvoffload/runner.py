@@ -1,0 +1,65 @@
+"""One replay of a workload through a connector configuration, into a result dict.
+
+Shared by ``kvoffload run``, ``kvoffload bench`` and the ASV suite so the three agree on what
+a run is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from kvoffload.core.fixes import Fixes
+from kvoffload.engine.engine import Engine
+from kvoffload.engine.record import RunRecord
+from kvoffload.metrics import compute_metrics
+from kvoffload.results import build_result
+from kvoffload.workloads import Workload
+
+
+@dataclass(frozen=True)
+class ConnectorChoice:
+    """Which connector a run drives: the reference with all fixes, a vLLM preset, or fixes off."""
+
+    label: str
+    fixes: Fixes
+    preset: str | None = None
+
+    @classmethod
+    def build(cls, preset: str | None = None, disabled: tuple[str, ...] = ()) -> "ConnectorChoice":
+        fixes = Fixes.preset(preset) if preset else Fixes()
+        fixes = fixes.without(*disabled)
+        label = preset or "reference"
+        if disabled:
+            label += "".join(f" -{name}" for name in disabled)
+        return cls(label=label, fixes=fixes, preset=preset)
+
+    def describe(self) -> dict:
+        return {"name": "reference", "label": self.label, "preset": self.preset,
+                "fixes": self.fixes.as_dict(), "disabled": list(self.fixes.disabled())}
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    result: dict
+    record: RunRecord
+
+    @property
+    def failed(self) -> bool:
+        return self.record.crash is not None
+
+
+def replay_workload(workload: Workload, choice: ConnectorChoice,
+                    on_step: Callable[[int, int], None] | None = None) -> RunOutcome:
+    engine = Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step)
+    record = engine.run()
+    metrics = compute_metrics(record)
+    error = None
+    if record.crash is not None:
+        error = {"message": record.crash, "step": record.crash_step}
+    result = build_result(
+        workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
+                  "requests": len(workload.requests)},
+        connector=choice.describe(), config=workload.engine, metrics=metrics, seed=workload.engine.seed,
+        error=error)
+    return RunOutcome(result, record)

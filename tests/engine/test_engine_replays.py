@@ -1,0 +1,185 @@
+"""End-to-end replays through the engine: each historical bug, fix on (correct) and off (symptom).
+
+Block size 4 and one block per chunk throughout, so chunk boundaries are easy to count: positions
+0-3 are chunk 0, 4-7 chunk 1, and so on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvoffload.core.fixes import Fixes
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.engine import replay
+from kvoffload.engine.requests import RequestSpec
+
+TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
+
+
+def tokens(seed: int, n: int) -> tuple[int, ...]:
+    return tuple((seed * 7919 + i * 104729) % 30000 + 3 for i in range(n))
+
+
+def stored_chunks(record, req_id: str) -> set[int]:
+    """Chunks of ``req_id`` that a store job carried (from the run's trace)."""
+    return {chunk for event in record.trace_events if event["name"].startswith("store")
+            and event["tid"] == req_id for chunk in event["args"]["chunks"]}
+
+
+def two_turns(first_prompt=6, first_output=3, *, stop="length", extra=None, **first):
+    """Turn A and its follow-up C, whose prompt is A's whole history plus 4 new tokens."""
+    a = RequestSpec("A", tokens(1, first_prompt), tokens(2, first_output), stop=stop, **first)
+    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + tokens(3, 4), tokens(4, 2),
+                    parent="A", think_steps=3)
+    return [a, c] + list(extra or [])
+
+
+class TestLastBlockAtFinish:
+    """Async scheduling, length-capped answer whose last written position (7) closes chunk 1."""
+
+    CONFIG = TINY.replace(scheduling="async")
+
+    @pytest.mark.parametrize("fixed", [True, False])
+    def test_follow_up_finds_the_final_chunk(self, fixed):
+        fixes = Fixes() if fixed else Fixes().without("last_block_at_finish")
+        record = replay(two_turns(), self.CONFIG, fixes, strict=True)
+        (continuation,) = record.continuations
+        assert continuation.eligible  # the final chunk's block was never committed to the GPU cache
+        assert continuation.served is fixed
+        assert record.poisoned == [] and record.crash is None
+
+    def test_sync_scheduling_stores_the_chunk_while_running(self):
+        """Under sync scheduling the running watermark already reaches position 7."""
+        record = replay(two_turns(), TINY, Fixes().without("last_block_at_finish"), strict=True, trace=True)
+        assert stored_chunks(record, "A") == {0, 1}
+
+    def test_eos_stop_is_scheduled_once_more_and_stores_it_anyway(self):
+        record = replay(two_turns(stop="eos"), self.CONFIG, Fixes().without("last_block_at_finish"),
+                        strict=True, trace=True)
+        assert stored_chunks(record, "A") == {0, 1}
+
+
+class TestFlushSubmitsBeforeWait:
+    """A's freed final block is handed to B in the very schedule that builds A's final store."""
+
+    CONFIG = TINY.replace(scheduling="async")
+
+    def requests(self):
+        # B arrives right after A finishes (think time 0): it is admitted by the schedule whose
+        # finished_req_ids holds A, and takes the block at the head of the free queue.
+        b = RequestSpec("B", tokens(9, 4), tokens(10, 2), parent="A", think_steps=0)
+        return two_turns(extra=[b])
+
+    def test_with_the_fix_the_final_store_copies_before_the_block_is_rewritten(self):
+        record = replay(self.requests(), self.CONFIG, Fixes(), strict=True)
+        assert record.poisoned == []
+        assert record.fence_violations == []
+        (continuation,) = record.continuations
+        assert continuation.served
+
+    def test_without_it_the_store_copies_the_new_owner_kv(self):
+        record = replay(self.requests(), self.CONFIG, Fixes().without("flush_submits_before_wait"))
+        assert [(p.req_id, p.chunk) for p in record.poisoned] == [("C", 1)]
+        assert record.fence_violations and record.fence_violations[0].writer == "forward"
+        assert record.unknown_wait_ids >= 1  # the fence waited on an id it had never seen
+
+
+class TestDeferredFinishSignal:
+    """The final store is built one schedule after request_finished (async: two)."""
+
+    # Slow copies: chunk 0's store is still in flight when A finishes, so A's state survives
+    # until the final store is built even with the old order.
+    SLOW = TINY.replace(scheduling="async", store_completion_steps=4)
+
+    def test_strict_manager_sees_no_call_after_the_finish_signal(self):
+        record = replay(two_turns(), self.SLOW, Fixes(), strict=True)
+        assert record.crash is None and record.lifecycle_violations == 0
+
+    def test_old_order_crashes_a_strict_manager(self):
+        record = replay(two_turns(), self.SLOW, Fixes().without("deferred_finish_signal"), strict=True)
+        assert record.crash is not None and record.crash.startswith("LifecycleViolation")
+
+    def test_old_order_is_counted_when_the_run_is_lenient(self):
+        record = replay(two_turns(), self.SLOW, Fixes().without("deferred_finish_signal"))
+        assert record.crash is None and record.lifecycle_violations == 1
+
+    def test_old_cleanup_drops_the_final_store_when_the_last_job_lands_in_the_eos_step(self):
+        """R2.3: with fast copies chunk 0's completion arrives with the finish; 0.26 forgot A."""
+        config = TINY.replace(scheduling="async")
+        fixed = replay(two_turns(), config, Fixes(), trace=True)
+        broken = replay(two_turns(), config, Fixes().without("deferred_finish_signal"), trace=True)
+        assert stored_chunks(fixed, "A") == {0, 1}
+        assert stored_chunks(broken, "A") == {0}
+        assert broken.lifecycle_violations == 0  # no crash: the chunk is silently lost
+
+
+class TestFinalTokenWatermark:
+    """R3.2: k=2 drafts; the last step accepts one and rejects one; the output ends at position 7."""
+
+    CONFIG = TINY.replace(spec_tokens=2)
+
+    def requests(self):
+        a = RequestSpec("A", tokens(1, 5), tokens(2, 3), accept_counts=(1,))
+        c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + tokens(3, 4), tokens(4, 2),
+                        parent="A", think_steps=3)
+        return [a, c]
+
+    def test_rejected_draft_slot_is_never_published(self):
+        record = replay(self.requests(), self.CONFIG, Fixes(), strict=True)
+        assert record.poisoned == []
+
+    def test_without_the_fix_the_next_turn_loads_the_rejected_draft(self):
+        record = replay(self.requests(), self.CONFIG, Fixes().without("final_token_watermark"))
+        assert [(p.req_id, p.chunk, p.bad_slots) for p in record.poisoned] == [("C", 1, 1)]
+
+    def test_length_capped_sync_output_poisons_through_the_unwritten_slot(self):
+        """No drafts: prompt 6 + 2 outputs = 8 tokens; slot 7 was never written at all."""
+        record = replay(two_turns(first_output=2), TINY, Fixes().without("final_token_watermark"))
+        assert [(p.req_id, p.chunk) for p in record.poisoned] == [("C", 1)]
+        assert replay(two_turns(first_output=2), TINY, Fixes(), strict=True).poisoned == []
+
+
+class TestRobustness:
+    """Preemption, aborts and reset_cache with jobs in flight: no crash, no leak, no poison."""
+
+    @pytest.mark.parametrize("scheduling", ["sync", "async"])
+    def test_preemption_with_stores_in_flight(self, scheduling):
+        config = TINY.replace(gpu_blocks=14, scheduling=scheduling, store_completion_steps=3)
+        requests = [RequestSpec(f"R{i}", tokens(i, 12), tokens(i + 50, 12), arrival_step=i) for i in range(4)]
+        requests += [RequestSpec(f"F{i}", requests[i].prompt_token_ids + requests[i].output_token_ids,
+                                 tokens(i + 90, 2), parent=f"R{i}", think_steps=2) for i in range(4)]
+        record = replay(requests, config, Fixes(), strict=True)
+        assert record.preemptions > 0
+        assert (record.crash, record.poisoned, record.leaked_requests) == (None, [], ())
+        assert record.finished_requests == 8
+
+    @pytest.mark.parametrize("scheduling", ["sync", "async"])
+    def test_aborts_of_queued_and_prefilling_requests(self, scheduling):
+        config = TINY.replace(scheduling=scheduling, max_num_batched_tokens=8, max_num_seqs=1)
+        requests = [
+            RequestSpec("long", tokens(1, 40), tokens(2, 4), abort_at_step=2),  # aborted mid-prefill
+            RequestSpec("queued", tokens(3, 8), tokens(4, 4), abort_at_step=1),  # never scheduled
+            RequestSpec("next", tokens(1, 40) + tokens(5, 4), tokens(6, 2), arrival_step=4),
+        ]
+        record = replay(requests, config, Fixes(), strict=True, trace=True)
+        assert (record.crash, record.poisoned, record.leaked_requests) == (None, [], ())
+        assert stored_chunks(record, "long") <= {0, 1, 2, 3}  # at most the 16 computed tokens
+        assert stored_chunks(record, "queued") == set()
+
+    @pytest.mark.parametrize("scheduling", ["sync", "async"])
+    def test_reset_cache_with_jobs_in_flight(self, scheduling):
+        config = TINY.replace(scheduling=scheduling, store_completion_steps=4)
+        requests = two_turns(first_prompt=16, first_output=6)
+        record = replay(requests, config, Fixes(), reset_cache_at=[2, 3], strict=True)
+        assert (record.crash, record.poisoned, record.leaked_requests, record.stuck_requests) == (None, [], (), ())
+
+    def test_reset_without_clearing_request_jobs_leaves_a_request_stuck(self):
+        config = TINY.replace(gpu_blocks=9, store_completion_steps=4)
+        # R0 holds blocks; R1 is preempted with a store in flight; the reset drops that store.
+        requests = [RequestSpec("R0", tokens(1, 16), tokens(2, 10)),
+                    RequestSpec("R1", tokens(3, 8), tokens(4, 10))]
+        fixed = replay(requests, config, Fixes(), reset_cache_at=[3])
+        broken = replay(requests, config, Fixes().without("reset_clears_request_jobs"), reset_cache_at=[3])
+        assert fixed.preemptions > 0
+        assert (fixed.stuck_requests, fixed.leaked_requests) == ((), ())
+        assert broken.stuck_requests or broken.leaked_requests
