@@ -157,8 +157,8 @@ class TestRobustness:
     def test_aborts_of_queued_and_prefilling_requests(self, scheduling):
         config = TINY.replace(scheduling=scheduling, max_num_batched_tokens=8, max_num_seqs=1)
         requests = [
-            RequestSpec("long", tokens(1, 40), tokens(2, 4), abort_at_step=2),  # aborted mid-prefill
-            RequestSpec("queued", tokens(3, 8), tokens(4, 4), abort_at_step=1),  # never scheduled
+            RequestSpec("long", tokens(1, 40), tokens(2, 4), abort_after_steps=2),  # aborted mid-prefill
+            RequestSpec("queued", tokens(3, 8), tokens(4, 4), arrival_step=1, abort_after_steps=0),  # never scheduled
             RequestSpec("next", tokens(1, 40) + tokens(5, 4), tokens(6, 2), arrival_step=4),
         ]
         record = replay(requests, config, Fixes(), strict=True, trace=True)

@@ -156,10 +156,7 @@ class Engine:
         self._finished_since_schedule: list[str] = []
         self._load_owner: dict[int, LiveRequest] = {}
         self._loaded_jobs: dict[int, TransferJob] = {}
-        self._aborts: dict[int, list[str]] = {}
-        for spec in requests:
-            if spec.abort_at_step is not None:
-                self._aborts.setdefault(spec.abort_at_step, []).append(spec.req_id)
+        self._aborts: dict[int, list[str]] = {}  # step -> requests to abort then
         self._store_chunks_written_at: dict[int, list[int]] = {}  # store job -> written step per chunk
         self._open_stores: dict[int, TransferJob] = {}  # built, completion not reported yet
         self._store_submitted_at: dict[int, int] = {}
@@ -254,6 +251,8 @@ class Engine:
             self._waiting.append(live)
             self.record.requests += 1
             self.record.prompt_tokens += spec.num_prompt_tokens
+            if spec.abort_after_steps is not None:
+                self._aborts.setdefault(step + spec.abort_after_steps, []).append(spec.req_id)
             self._timed(self.connector.on_new_request, live.req)
 
     def _schedule_children(self, parent: LiveRequest, step: int) -> None:
@@ -266,21 +265,15 @@ class Engine:
             self._arrivals.insert(index, (arrival, self._arrival_order, child))
 
     def _apply_aborts(self, step: int) -> None:
-        """Scripted aborts; a request that has not arrived yet by then is never started."""
+        """Scripted aborts (after arrivals, before the schedule: a client disconnect)."""
         for req_id in self._aborts.pop(step, ()):
             live = self._live.get(req_id)
             if live is None:
-                self._drop_unarrived(req_id)
-                continue
+                continue  # finished before its abort
             live.abort_requested = True
             if live.load_job is not None:
                 continue  # kept until its load lands (vLLM frees it then)
             self._finish(live, RequestStatus.FINISHED_ABORTED, step)
-
-    def _drop_unarrived(self, req_id: str) -> None:
-        self._arrivals = [item for item in self._arrivals if item[2].req_id != req_id]
-        for children in self._children.values():
-            children[:] = [spec for spec in children if spec.req_id != req_id]
 
     # ---- schedule ---------------------------------------------------------------------------
 

@@ -25,7 +25,8 @@ class RequestSpec:
     - ``accept_counts``: with speculative decoding, how many of the k drafts each decode step
       accepts (cycled if shorter than needed); None lets the engine's seeded acceptance model
       decide.
-    - ``abort_at_step``: the engine aborts the request at that step if it is still alive.
+    - ``abort_after_steps``: the engine aborts the request that many steps after it arrived, if it
+      is still alive then (0: before its first schedule, a queued abort).
     """
 
     req_id: str
@@ -36,7 +37,7 @@ class RequestSpec:
     parent: str | None = None
     think_steps: int = 0
     accept_counts: tuple[int, ...] | None = None
-    abort_at_step: int | None = None
+    abort_after_steps: int | None = None
     conversation: str | None = None
     turn: int = 0
 
@@ -47,7 +48,7 @@ class RequestSpec:
             raise ValueError(f"request {self.req_id}: no output tokens")
         if self.stop not in ("eos", "length"):
             raise ValueError(f"request {self.req_id}: stop must be 'eos' or 'length', got {self.stop!r}")
-        if self.arrival_step < 0 or self.think_steps < 0:
+        if self.arrival_step < 0 or self.think_steps < 0 or (self.abort_after_steps or 0) < 0:
             raise ValueError(f"request {self.req_id}: negative arrival or think time")
 
     @property

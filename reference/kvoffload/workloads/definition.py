@@ -19,6 +19,7 @@ settings from the default workload (``multi-turn``).
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import sys
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads import mooncake, multi_turn, shared_prefix, sharegpt, spec_decode  # noqa: F401  (register)
+from kvoffload.workloads.distributions import Distribution, parse_distribution
 from kvoffload.workloads.registry import GENERATORS, GenerateContext, Generator, in_arrival_order
 from kvoffload.workloads.schema import TableReader, WorkloadError, fail
 
@@ -67,6 +69,22 @@ class _Definition:
     generator: Generator
     display: str  # the file named in messages
     base_dir: Path
+    aborts: "AbortPlan | None" = None
+
+
+@dataclass(frozen=True)
+class AbortPlan:
+    """``[aborts]``: each request is aborted with probability ``share``, ``after_steps`` steps
+    after it arrives (0: while still queued). Drawn from its own seeded stream, so adding aborts
+    leaves the request stream itself unchanged."""
+
+    share: float
+    after_steps: Distribution
+
+    def apply(self, requests: tuple[RequestSpec, ...], seed: int) -> tuple[RequestSpec, ...]:
+        rng = random.Random(f"{seed}/aborts")
+        return tuple(dataclasses.replace(spec, abort_after_steps=self.after_steps.sample(rng))
+                     if rng.random() < self.share else spec for spec in requests)
 
 
 def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workload:
@@ -75,6 +93,8 @@ def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workloa
     seed, engine = _apply_overrides(definition, overrides or {})
     ctx = GenerateContext(seed=seed, engine=engine, source=definition.display, base_dir=definition.base_dir)
     requests = in_arrival_order(definition.generator.generate(ctx))
+    if definition.aborts is not None:
+        requests = definition.aborts.apply(requests, seed)
     if not requests:
         raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
     return Workload(name=definition.name, description=definition.description, seed=seed, engine=engine,
@@ -139,9 +159,15 @@ def _read_definition(path: Path, *, display: str) -> _Definition:
     kind = generator_table.string("kind", choices=sorted(GENERATORS))
     generator = GENERATORS[kind](generator_table)
     generator_table.finish()
+    aborts = None
+    if top.has("aborts"):
+        abort_table = top.table("aborts")
+        aborts = AbortPlan(share=abort_table.number("share", minimum=0.0, maximum=1.0),
+                           after_steps=parse_distribution(abort_table, "after_steps", floor=0))
+        abort_table.finish()
     top.finish()
     return _Definition(name=name, description=description, seed=seed, engine=engine, generator=generator,
-                       display=display, base_dir=path.parent)
+                       display=display, base_dir=path.parent, aborts=aborts)
 
 
 def _toml_problem(exc: Exception) -> str:

@@ -1,0 +1,147 @@
+"""The connector's worker side: when each step's jobs reach the transfer handler.
+
+Per engine step (vLLM's order, notes D and B.2 O5)::
+
+    handle_preemptions(plan)  submit the deferred stores, then wait(plan.jobs_to_flush)   [fence]
+    start_loads(plan)         submit every load of the plan
+    -- forward --
+    get_finished()            queue the plan's other stores for the next step; poll completions
+
+Stores are deferred one step so that they start after the transfers of token sampling. A store
+that must not wait (its source blocks are reused in this very step) is named in
+``jobs_to_flush``. With ``Fixes.flush_submits_before_wait`` the flushed stores of the current
+plan join the queue before it is submitted, so ``wait`` really covers them. Without it (vLLM up
+to 0.25) they are still unsubmitted when ``wait`` runs, the handler ignores their ids, and the
+copy happens a step later from blocks that a new owner has overwritten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from kvoffload.core.fixes import Fixes
+from kvoffload.core.types import BlockId, JobId, StepPlan, TransferJob, TransferKind, TransferResult
+from kvoffload.worker.handler import TransferHandler
+
+
+class TransferFailed(RuntimeError):
+    """A handler reported a failed copy; like vLLM, the worker does not support job failures."""
+
+
+@dataclass(frozen=True)
+class DirectionTotals:
+    """Completed jobs of one direction, as reported by the handler."""
+
+    jobs: int = 0
+    num_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def gb_per_s(self) -> float:
+        return self.num_bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
+
+    def plus(self, result: TransferResult) -> "DirectionTotals":
+        return DirectionTotals(
+            self.jobs + 1, self.num_bytes + result.num_bytes, self.seconds + result.seconds
+        )
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    stores: DirectionTotals = DirectionTotals()
+    loads: DirectionTotals = DirectionTotals()
+
+
+class WorkerConnector:
+    def __init__(self, handler: TransferHandler, fixes: Fixes | None = None) -> None:
+        self.handler = handler
+        self.fixes = fixes if fixes is not None else Fixes()
+        self._unsubmitted_stores: list[TransferJob] = []  # the only queue of deferred stores
+        self._current_plan: StepPlan | None = None  # from handle_preemptions until get_finished
+        self._stores_to_defer: tuple[TransferJob, ...] = ()  # its stores get_finished will queue
+        self._kind_of_submitted: dict[JobId, TransferKind] = {}  # until reported finished
+        self._stats = WorkerStats()
+
+    def handle_preemptions(self, plan: StepPlan) -> None:
+        """Submit the deferred stores (and, with the fix, this plan's flushed ones), then fence."""
+        self._begin_step(plan)
+        if self.fixes.flush_submits_before_wait and plan.jobs_to_flush:
+            flushed = [job for job in plan.store_jobs if job.job_id in plan.jobs_to_flush]
+            self._unsubmitted_stores.extend(flushed)
+            self._stores_to_defer = tuple(
+                j for j in plan.store_jobs if j.job_id not in plan.jobs_to_flush
+            )
+        self._submit_queued_stores()
+        if plan.jobs_to_flush:
+            self.handler.wait(plan.jobs_to_flush)
+
+    def start_loads(self, plan: StepPlan) -> None:
+        """Submit any stores still queued (normally none), then every load of the plan."""
+        if plan is not self._current_plan:
+            self._begin_step(plan)
+        self._submit_queued_stores()
+        for job in plan.load_jobs:
+            self.handler.submit_load(job)
+            self._kind_of_submitted[job.job_id] = TransferKind.LOAD
+
+    def get_finished(self) -> list[TransferResult]:
+        """Queue this step's remaining stores for the next step, then report completed jobs.
+
+        Raises TransferFailed if the handler reports a failed copy.
+        """
+        self._unsubmitted_stores.extend(self._stores_to_defer)
+        self._current_plan, self._stores_to_defer = None, ()
+        results = self.handler.get_finished()
+        for result in results:
+            kind = self._kind_of_submitted.pop(result.job_id, None)
+            if not result.success:
+                raise TransferFailed(
+                    f"{kind.value if kind else 'unknown'} job {result.job_id} failed to copy"
+                )
+            if kind is TransferKind.STORE:
+                self._stats = WorkerStats(self._stats.stores.plus(result), self._stats.loads)
+            elif kind is TransferKind.LOAD:
+                self._stats = WorkerStats(self._stats.stores, self._stats.loads.plus(result))
+        return results
+
+    def wait(self, job_ids: Iterable[JobId]) -> None:
+        """Block until the named submitted jobs were copied (unknown ids are ignored)."""
+        self.handler.wait(job_ids)
+
+    def unsubmitted_store_source_blocks(self) -> frozenset[BlockId]:
+        """GPU blocks read by stores queued here and not yet handed to the handler."""
+        return frozenset(block for job in self._unsubmitted_stores for block in job.gpu_block_ids)
+
+    def pending_store_source_blocks(self) -> frozenset[BlockId]:
+        """GPU blocks any not-yet-copied store will read: queued here or pending in the handler.
+
+        The engine's fence check: none of these may be overwritten before its store has copied.
+        """
+        return self.unsubmitted_store_source_blocks() | self.handler.pending_store_source_blocks()
+
+    def has_unsubmitted_stores(self) -> bool:
+        return bool(self._unsubmitted_stores)
+
+    def stats(self) -> WorkerStats:
+        return self._stats
+
+    def shutdown(self) -> None:
+        """Submit what is still queued, let the handler finish it, and stop the handler."""
+        self._submit_queued_stores()
+        self.handler.shutdown()
+
+    def _begin_step(self, plan: StepPlan) -> None:
+        self._current_plan = plan
+        self._stores_to_defer = plan.store_jobs
+
+    def _submit_queued_stores(self) -> None:
+        if not self._unsubmitted_stores:
+            return
+        queued, self._unsubmitted_stores = self._unsubmitted_stores, []
+        for job in queued:
+            self.handler.submit_store(job)
+            self._kind_of_submitted[job.job_id] = TransferKind.STORE
+
+
+__all__ = ["DirectionTotals", "TransferFailed", "WorkerConnector", "WorkerStats"]

@@ -1,0 +1,135 @@
+"""The command line as a user meets it: a good run, and bad input that fails cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvoffload.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_run_prints_the_table_and_writes_the_result(capsys, tmp_path):
+    out = tmp_path / "r.json"
+    code, stdout, _ = run_cli(capsys, "run", "--workload", "multi-turn-small", "--quiet", "--out", str(out))
+    assert code == 0
+    assert "last_block_hit_rate" in stdout and "poisoned_loads" in stdout
+    result = json.loads(out.read_text())
+    assert set(result) == {"schema", "workload", "connector", "config", "metrics", "provenance", "error"}
+    assert result["connector"]["label"] == "reference" and result["connector"]["disabled"] == []
+    assert result["metrics"]["poisoned_loads"] == 0 and result["error"] is None
+    assert result["provenance"]["seed"] == result["config"]["seed"]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_the_same_command_gives_the_same_metrics(capsys, tmp_path):
+    measured = {"connector_us_per_step", "copy_gb_per_s", "sim_requests_per_s"}
+    metrics = []
+    for name in ("a.json", "b.json"):
+        assert run_cli(capsys, "run", "--workload", "spec-decode-small", "--quiet", "--out", str(tmp_path / name))[0] == 0
+        values = json.loads((tmp_path / name).read_text())["metrics"]
+        metrics.append({k: v for k, v in values.items() if k not in measured})
+    assert metrics[0] == metrics[1]
+
+
+def test_a_crashing_connector_exits_1_and_records_the_error(capsys, tmp_path):
+    """vLLM 0.26 died on a queued abort (#49118); multi-turn-small aborts some queued requests."""
+    out = tmp_path / "crash.json"
+    code, _, err = run_cli(capsys, "run", "--workload", "multi-turn-small", "--preset", "vllm-0.26", "--quiet",
+                           "--out", str(out))
+    assert code == 1
+    result = json.loads(out.read_text())
+    assert "len(offload_keys) == len(block_ids)" in result["error"]["message"]
+    assert result["metrics"]["crashes"] == 1
+    assert "run failed at step" in err
+
+
+def test_disable_fix_and_set_reach_the_run(capsys, tmp_path):
+    out = tmp_path / "r.json"
+    code, _, _ = run_cli(capsys, "run", "--workload", "spec-decode-small", "--disable-fix", "final_token_watermark",
+                         "--set", "cpu_chunks=512", "--quiet", "--out", str(out))
+    result = json.loads(out.read_text())
+    assert code == 0
+    assert result["connector"]["disabled"] == ["final_token_watermark"]
+    assert result["config"]["cpu_chunks"] == 512
+    assert result["metrics"]["poisoned_loads"] > 0
+
+
+def test_compare_shows_differences(capsys, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    run_cli(capsys, "run", "--workload", "spec-decode-small", "--quiet", "--out", str(a))
+    run_cli(capsys, "run", "--workload", "spec-decode-small", "--preset", "vllm-0.29", "--quiet", "--out", str(b))
+    code, stdout, _ = run_cli(capsys, "compare", str(a), str(b))
+    assert code == 0
+    (poison_line,) = [line for line in stdout.splitlines() if line.startswith("poisoned_loads")]
+    assert poison_line.split()[1] == "0" and poison_line.split()[3].startswith("+")
+
+
+def test_fixes_and_workloads_listings(capsys):
+    code, stdout, _ = run_cli(capsys, "fixes")
+    assert code == 0 and "final_token_watermark" in stdout and "#54288" in stdout and "vllm-0.29" in stdout
+    code, stdout, _ = run_cli(capsys, "workloads")
+    assert code == 0 and "multi-turn-small" in stdout and "spec-decode" in stdout
+    code, stdout, _ = run_cli(capsys, "workloads", "show", "multi-turn-small")
+    assert code == 0 and "reus" in stdout.lower()
+
+
+BAD_INPUT = [
+    (["run", "--workload", "no-such-workload"], "no-such-workload: unknown workload"),
+    (["run", "--workload", "multi-turn-small", "--disable-fix", "bogus"], "unknown fix 'bogus'"),
+    (["run", "--workload", "multi-turn-small", "--preset", "vllm-0.99"], "unknown preset 'vllm-0.99'"),
+    (["run", "--workload", "multi-turn-small", "--set", "colour=blue"], "unknown setting 'colour'"),
+    (["run", "--workload", "multi-turn-small", "--set", "gpu_blocks=many"], "gpu_blocks expects an integer"),
+    (["run", "--workload", "multi-turn-small", "--set", "gpu_blocks=1"], "gpu_blocks must be at least 2"),
+    (["run", "--workload", "multi-turn-small", "--set", "gpu_blocks"], "--set expects KEY=VALUE"),
+    (["run", "--workload", "multi-turn-small", "--scheduling", "eager"], "invalid choice: 'eager'"),
+    (["run", "--workload", "multi-turn-small", "--out", "{tmp}/missing/r.json"], "does not exist"),
+    (["run", "--workload", "multi-turn-small", "--out", "{tmp}"], "is a directory"),
+    (["run", "--workload", "{tmp}/broken.toml"], "line 2, column"),
+    (["run", "--workload", "{tmp}/unknown-key.toml"], "generator.colour"),
+    (["run", "--workload", "mooncake:{tmp}/none.jsonl"], "none.jsonl"),
+    (["run", "--workload", "mooncake:{tmp}/trace.jsonl"], "line 2"),
+    (["compare", "{tmp}/broken.toml", "{tmp}/broken.toml"], "not JSON"),
+    (["workloads", "show"], "needs a NAME or PATH"),
+    (["launch"], "invalid choice: 'launch'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", BAD_INPUT, ids=[" ".join(a)[:60] for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_exit_2_and_no_result(capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)  # a default result path would land here
+    (tmp_path / "broken.toml").write_text('name = "x"\ndescription = \n')
+    bundled = (REPO / "workloads" / "shared-prefix-small.toml").read_text()
+    (tmp_path / "unknown-key.toml").write_text(bundled.replace("[generator]\n", "[generator]\ncolour = 1\n"))
+    (tmp_path / "trace.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}\n{"timestamp": 5, "inp\n')
+    before = set(tmp_path.rglob("*"))
+    code, _, err = run_cli(capsys, *[part.replace("{tmp}", str(tmp_path)) for part in argv])
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("kvoffload: error: ") and message in err
+    assert "Traceback" not in err
+    assert set(tmp_path.rglob("*")) == before  # nothing half-written
+
+
+def test_console_script_fails_cleanly_in_a_fresh_process(tmp_path):
+    script = Path(sys.executable).parent / "kvoffload"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "kvoffload.cli"]
+    done = subprocess.run(command + ["run", "--workload", "nope"], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("kvoffload: error: nope: unknown workload (expected a bundled name "
+                                   + done.stderr.split("bundled name ", 1)[1].strip())
+    assert "Traceback" not in done.stderr and done.stdout == ""

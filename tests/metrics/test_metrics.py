@@ -1,0 +1,70 @@
+"""Metrics on tiny workloads whose answers are known by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvoffload.core.fixes import Fixes
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.engine import replay
+from kvoffload.engine.requests import RequestSpec
+from kvoffload.metrics import METRIC_NAMES, compute_metrics, percentile
+
+TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
+
+
+def conversation():
+    """Turn 1: prompt 6 + 3 length-capped outputs = 9 tokens; its last written position, 7,
+    closes chunk 1. Turn 2 resends all 9 tokens plus 4 new ones."""
+    first = RequestSpec("t1", tuple(range(10, 16)), (20, 21, 22), stop="length")
+    second = RequestSpec("t2", first.prompt_token_ids + first.output_token_ids + (30, 31, 32, 33), (40, 41),
+                         parent="t1", think_steps=2)
+    return [first, second]
+
+
+@pytest.mark.parametrize("fixes, expected", [(Fixes(), 1.0), (Fixes().without("last_block_at_finish"), 0.0)])
+def test_last_block_hit_rate_of_a_two_turn_conversation(fixes, expected):
+    metrics = compute_metrics(replay(conversation(), TINY.replace(scheduling="async"), fixes))
+    assert metrics["last_block_eligible"] == 1
+    assert metrics["last_block_hit_rate"] == expected
+
+
+def test_store_delays_known_by_construction():
+    """Sync: the 8-token prefill writes chunks 0 and 1 in step 0; their store job is built in
+    that step's schedule, queued after the forward and submitted at the start of step 1 (delay 1).
+    The copy runs after step 1's forward and is reported one step later: loadable in step 2."""
+    request = RequestSpec("r", tuple(range(100, 108)), (1,), stop="length")
+    record = replay([request], TINY.replace(store_completion_steps=1), Fixes())
+    metrics = compute_metrics(record)
+    assert record.store_submit_delays == [1, 1]
+    assert (metrics["store_submit_delay_steps_p50"], metrics["store_submit_delay_steps_p99"]) == (1, 1)
+    assert (metrics["store_visible_delay_steps_p50"], metrics["store_visible_delay_steps_p99"]) == (2, 2)
+    immediate = compute_metrics(replay([request], TINY.replace(store_completion_steps=0), Fixes()))
+    assert immediate["store_visible_delay_steps_p50"] == 1
+
+
+def test_hit_rates_and_counts():
+    metrics = compute_metrics(replay(conversation(), TINY.replace(scheduling="async"), Fixes()))
+    assert (metrics["requests"], metrics["prompt_tokens"], metrics["output_tokens"]) == (2, 6 + 13, 5)
+    # Turn 1 asks the connector for its one full chunk (4 tokens, a miss). Turn 2 finds chunk 0
+    # in the GPU cache and asks for chunks 1 and 2 (8 tokens): chunk 1 hits, chunk 2 (positions
+    # 8-11) was never written.
+    assert metrics["gpu_hit_rate"] == pytest.approx(4 / (6 + 13))
+    assert metrics["offload_hit_rate"] == pytest.approx(4 / (4 + 8))
+    assert metrics["poisoned_loads"] == metrics["crashes"] == metrics["leaked_requests"] == 0
+    assert set(metrics) == set(METRIC_NAMES)
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 50) is None
+    assert percentile([5], 99) == 5
+    assert percentile([1, 2, 3, 4], 50) == 2
+    assert percentile(list(range(1, 101)), 99) == 99
+
+
+def test_same_inputs_give_the_same_metrics():
+    config = TINY.replace(scheduling="async", spec_tokens=0)
+    measured = {"connector_us_per_step", "copy_gb_per_s", "sim_requests_per_s"}
+    first = {k: v for k, v in compute_metrics(replay(conversation(), config)).items() if k not in measured}
+    second = {k: v for k, v in compute_metrics(replay(conversation(), config)).items() if k not in measured}
+    assert first == second

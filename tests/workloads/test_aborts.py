@@ -1,0 +1,55 @@
+"""The optional [aborts] table: seeded client disconnects that leave the stream itself alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kvoffload.workloads import WorkloadError, load_workload
+
+DEFINITION = """
+name = "aborting"
+description = "short conversations, some aborted"
+seed = 3
+
+[engine]
+block_size = 4
+
+[generator]
+kind = "multi-turn"
+conversations = 6
+turns = 3
+prefix_len = 8
+user_len = 4
+answer_len = 5
+think_steps = 2
+conversation_gap = 1
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "w.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_aborts_mark_a_share_of_requests_and_change_nothing_else(tmp_path):
+    plain = load_workload(write(tmp_path, DEFINITION))
+    aborting = load_workload(write(tmp_path, DEFINITION + "\n[aborts]\nshare = 0.5\nafter_steps = 3\n"))
+    marked = [spec for spec in aborting.requests if spec.abort_after_steps is not None]
+    assert 0 < len(marked) < len(aborting.requests)
+    assert all(spec.abort_after_steps == 3 for spec in marked)
+    assert [dataclasses.replace(spec, abort_after_steps=None) for spec in aborting.requests] == list(plain.requests)
+    again = load_workload(write(tmp_path, DEFINITION + "\n[aborts]\nshare = 0.5\nafter_steps = 3\n"))
+    assert again.requests == aborting.requests
+
+
+@pytest.mark.parametrize("table, message", [
+    ("share = 1.5\nafter_steps = 3", "aborts.share"),
+    ("share = 0.5\nafter_steps = -1", "aborts.after_steps"),
+    ("share = 0.5\nafter_steps = 1\nwhen = 2", "aborts.when"),
+])
+def test_bad_abort_tables_are_named(tmp_path, table, message):
+    with pytest.raises(WorkloadError, match=message):
+        load_workload(write(tmp_path, DEFINITION + "\n[aborts]\n" + table + "\n"))
