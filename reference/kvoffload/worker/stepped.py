@@ -35,11 +35,7 @@ from kvoffload.worker.kv import KVCache
 
 class SteppedTransferHandler:
     def __init__(self, kv: KVCache, completion_steps: int = 0) -> None:
-        if (
-            not isinstance(completion_steps, int)
-            or isinstance(completion_steps, bool)
-            or completion_steps < 0
-        ):
+        if type(completion_steps) is not int or completion_steps < 0:
             raise ConfigError(f"completion_steps must be an integer >= 0, got {completion_steps!r}")
         self.kv = kv
         self.completion_steps = completion_steps
