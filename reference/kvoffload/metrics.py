@@ -13,8 +13,8 @@ from kvoffload.engine.record import RunRecord
 
 # (key, direction for readers, one-line definition) in table order.
 GLOSSARY: tuple[tuple[str, str, str], ...] = (
-    ("last_block_hit_rate", "higher", "continuations whose parent's last fully-written chunk was not in the "
-     "GPU prefix cache at admission: share the connector served"),
+    ("last_block_hit_rate", "higher", "continuations whose parent's last fully-written chunk (below "
+     "num_tokens - 1) was not in the GPU prefix cache at admission: share the connector served"),
     ("last_block_eligible", "info", "number of such continuations"),
     ("offload_hit_rate", "higher", "connector hit tokens / tokens queried from the connector"),
     ("gpu_hit_rate", "higher", "GPU prefix-cache hit tokens / prompt tokens (first admissions)"),

@@ -75,6 +75,7 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; results are meant to be shared
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2, sort_keys=False)
             handle.write("\n")

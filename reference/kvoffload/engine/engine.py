@@ -30,6 +30,7 @@ from kvoffload.core.fixes import Fixes
 from kvoffload.core.manager import LifecycleViolation
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
 from kvoffload.core.types import (
+    ConfigError,
     ConnectorCrash,
     RequestStatus,
     SchedulerOutput,
@@ -136,14 +137,19 @@ class Engine:
         self._fp_arena = np.zeros(total, dtype=np.int64)
         self._specs = {spec.req_id: spec for spec in requests}
         if len(self._specs) != len(requests):
-            raise ValueError("request ids must be unique")
+            raise ConfigError("request ids must be unique")
+        for spec in requests:  # vLLM rejects what can never fit (max_model_len); so do we
+            needed = cdiv(spec.num_prompt_tokens + spec.max_tokens + config.spec_tokens, bs)
+            if needed > config.gpu_blocks - 1:
+                raise ConfigError(f"request {spec.req_id} needs {needed} GPU blocks, but gpu_blocks="
+                                  f"{config.gpu_blocks} leaves {config.gpu_blocks - 1}")
         self._children: dict[str, list[RequestSpec]] = {}
         self._arrivals: list[tuple[int, int, RequestSpec]] = []  # (step, order, spec)
         for order, spec in enumerate(requests):
             if spec.parent is None:
                 self._arrivals.append((spec.arrival_step, order, spec))
             elif spec.parent not in self._specs:
-                raise ValueError(f"request {spec.req_id}: unknown parent {spec.parent!r}")
+                raise ConfigError(f"request {spec.req_id}: unknown parent {spec.parent!r}")
             else:
                 self._children.setdefault(spec.parent, []).append(spec)
         self._arrivals.sort(key=lambda item: (item[0], item[1]))
@@ -159,7 +165,6 @@ class Engine:
         self._aborts: dict[int, list[str]] = {}  # step -> requests to abort then
         self._store_chunks_written_at: dict[int, list[int]] = {}  # store job -> written step per chunk
         self._open_stores: dict[int, TransferJob] = {}  # built, completion not reported yet
-        self._store_submitted_at: dict[int, int] = {}
         self._chunk_written_at: dict[tuple[str, int], int] = {}
         self._pending_output: _StepOutput | None = None
         self._step = 0
@@ -415,7 +420,12 @@ class Engine:
         if parent is None:
             return
         tpc = self.config.tokens_per_chunk
-        last_chunk_end = ((parent.req.num_tokens - 1) // tpc) * tpc  # end of its last fully-written chunk
+        # Positions a forward pass wrote: all but the final sampled token's; an aborted request
+        # only got as far as it was computed.
+        written = parent.req.num_tokens - 1
+        if parent.status is RequestStatus.FINISHED_ABORTED:
+            written = min(written, parent.req.num_computed_tokens)
+        last_chunk_end = (written // tpc) * tpc  # end of its last fully-written chunk
         prompt = live.spec.prompt_token_ids
         if last_chunk_end == 0 or parent.truth[:last_chunk_end] != prompt[:last_chunk_end]:
             return
@@ -473,7 +483,7 @@ class Engine:
             self._slot_fp[torch.from_numpy(slots)] = torch.from_numpy(values)
 
     def _check_fence(self, step: int, plan: StepPlan, writes: dict[str, set[int]]) -> None:
-        """No block a not-yet-copied store reads may be written for another request first.
+        """No block a not-yet-copied store reads may be rewritten after its request let it go.
 
         Not yet copied at forward time: this plan's stores the worker has not submitted, and
         stores submitted but not waited on (they copy after this forward). The worker's queue
@@ -488,8 +498,13 @@ class Engine:
             return
         readers: dict[int, set[str]] = {}
         for job in not_copied:
+            owner = self._live.get(job.req_id)
+            held = set(owner.blocks) if owner is not None else ()
             for block in job.gpu_block_ids:
-                readers.setdefault(block, set()).add(job.req_id)
+                # A block its request still holds is shared at most through the prefix cache:
+                # whoever writes it writes the same prefix. The hazard is a block handed on.
+                if block not in held:
+                    readers.setdefault(block, set()).add(job.req_id)
         load_writes = [(job.req_id, job.gpu_block_ids, "load") for job in plan.load_jobs]
         for writer, blocks, kind in [(r, b, "forward") for r, b in writes.items()] + load_writes:
             for block in blocks:
@@ -532,7 +547,6 @@ class Engine:
                                                           "flushed": job.job_id in plan.jobs_to_flush}})
 
     def _store_submitted(self, job: TransferJob) -> None:
-        self._store_submitted_at[job.job_id] = self._step
         for written in self._store_chunks_written_at.get(job.job_id, ()):
             self.record.store_submit_delays.append(self._step - written)
 
@@ -549,7 +563,6 @@ class Engine:
 
     def _update_from_output(self, output: _StepOutput) -> None:
         step = output.step
-        bs = self.config.block_size
         for item in output.scheduled:
             live = item.live
             if item.samples and live.pending_outputs and item.generation == live.generation:

@@ -10,7 +10,7 @@ from kvoffload.core.types import BlockId, RequestStatus
 from kvoffload.engine.requests import RequestSpec
 
 
-@dataclass
+@dataclass(eq=False)  # identity: the engine finds requests in its queues with `in`
 class LiveRequest:
     spec: RequestSpec
     req: Request

@@ -19,6 +19,7 @@ settings from the default workload (``multi-turn``).
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import re
 import sys
@@ -39,8 +40,18 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# Bundled definitions live at the top of the repository (reference/kvoffload/workloads/ -> ../../..).
-BUNDLED_DIR = Path(__file__).resolve().parents[3] / "workloads"
+def _bundled_dir() -> Path:
+    """Bundled definitions live at the top of the repository (reference/kvoffload/workloads/ ->
+    ../../..). An installed wheel has no checkout around it: KVOFFLOAD_WORKLOADS_DIR names the
+    folder then, else ./workloads of the current directory is used."""
+    override = os.environ.get("KVOFFLOAD_WORKLOADS_DIR")
+    if override:
+        return Path(override)
+    checkout = Path(__file__).resolve().parents[3] / "workloads"
+    return checkout if checkout.is_dir() else Path.cwd() / "workloads"
+
+
+BUNDLED_DIR = _bundled_dir()
 DEFAULT_WORKLOAD = "multi-turn"
 TRACE_KINDS = ("mooncake", "sharegpt")
 

@@ -1,0 +1,80 @@
+"""Charts from result files only: the report never runs a simulation.
+
+Public API::
+
+    draw_report(source, out) -> Path   # PNGs + index.html + index.md into ``out``; returns index.html
+
+Reads, under ``source`` (``kvoffload report --from``, default ``results/``):
+
+- run results: every ``*.json`` of the run schema, at any depth (``kvoffload run`` / ``bench``);
+- asv results: ``asv/<machine>/*.json`` and ``asv/benchmarks.json``.
+
+Draws (module ``figures``, one function per kind):
+
+(a) the fix ablation per workload: reference vs each fix off vs each vLLM preset, for
+    last_block_hit_rate, poisoned_loads, lifecycle_violations, offload_hit_rate;
+(b) hit rate against CPU capacity, from runs that differ only in ``config.cpu_chunks``;
+(c) store submission / visibility delays per run (p50 and p99: the percentiles a result keeps);
+(d) each asv benchmark across commits, per machine.
+
+Sections without data are listed under "Not drawn" with the reason. Figures of earlier reports
+in ``out`` (our file-name patterns only) are removed first, so the folder matches its index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvoffload.report.figures import (
+    FILE_PATTERNS,
+    draw_ablation,
+    draw_asv_history,
+    draw_capacity,
+    draw_store_delays,
+)
+from kvoffload.report.page import Page, write_html, write_markdown
+from kvoffload.report.sources import check_source, find_asv_points, find_runs
+from kvoffload.results import ResultError
+
+
+def draw_report(source: Path, out: Path) -> Path:
+    """Draw every figure the result files under ``source`` support into ``out``; return index.html.
+
+    Raises ResultError (one line, naming ``source``) when it is missing or holds no result files.
+    """
+    source, out = Path(source), Path(out)
+    check_source(source)
+    runs, ignored = find_runs(source)
+    points, units = find_asv_points(source / "asv")
+    if not runs and not points:
+        raise ResultError(f"{source}: no result files (expected kvoffload run results, *.json at any depth, "
+                          f"or asv results under {source / 'asv'}/<machine>/)")
+    out.mkdir(parents=True, exist_ok=True)
+    for pattern in FILE_PATTERNS:
+        for stale in out.glob(pattern):
+            stale.unlink()
+
+    page = Page(source=source, runs=runs, ignored=ignored)
+    if runs:
+        page.charts += draw_ablation(runs, out)
+        capacity = draw_capacity(runs, out)
+        if not capacity:
+            page.notes.append("hit rate against CPU capacity: no runs that differ only in config.cpu_chunks "
+                              "(make some with: kvoffload run --workload NAME --set cpu_chunks=N, for a few N)")
+        page.charts += capacity
+        page.charts += draw_store_delays(runs, out)
+    else:
+        page.notes.append("fix ablation, capacity and store delays: no run results (kvoffload bench writes them)")
+    if points:
+        page.charts += draw_asv_history(points, units, out)
+    else:
+        page.notes.append(f"asv history: no asv results under {source / 'asv'} "
+                          "(asv run --set-commit-hash ... writes them)")
+
+    index = out / "index.html"
+    write_html(page, index)
+    write_markdown(page, out / "index.md")
+    return index
+
+
+__all__ = ["draw_report"]

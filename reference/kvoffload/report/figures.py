@@ -1,0 +1,324 @@
+"""One function per kind of figure; each takes parsed result files and writes PNGs into ``out``.
+
+Figures are drawn with matplotlib's object API (``matplotlib.figure.Figure``, Agg canvas): no
+pyplot, no global backend switch, nothing shown. File names are stable (derived from the
+workload or benchmark name), so a report drawn twice from the same files is the same report.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from matplotlib.figure import Figure
+
+from kvoffload.metrics import GLOSSARY
+from kvoffload.report.sources import AsvPoint, RunFile
+
+DEFINITIONS = {name: definition for name, _, definition in GLOSSARY}
+ABLATION_METRICS = ("last_block_hit_rate", "poisoned_loads", "lifecycle_violations", "offload_hit_rate")
+CAPACITY_METRICS = ("offload_hit_rate", "last_block_hit_rate")
+DELAY_METRICS = ("store_submit_delay_steps", "store_visible_delay_steps")
+FILE_PATTERNS = ("ablation-*.png", "capacity-*.png", "store-delays-*.png", "asv-*.png")
+
+REFERENCE_COLOR, FIX_OFF_COLOR, PRESET_COLOR, OTHER_COLOR = "#2a9d55", "#e07b39", "#3b6fb6", "#888888"
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A written figure, as the index lists it."""
+
+    section: str
+    title: str
+    filename: str
+    caption: str
+
+
+# ---- grouping and styling -------------------------------------------------------------------
+
+
+def label_order(labels: Sequence[str]) -> list[str]:
+    """reference, then the reference with fixes off, then presets in release order, then others."""
+
+    def key(label: str):
+        if label == "reference":
+            kind = 0
+        elif label.startswith("reference "):
+            kind = 1
+        elif label.startswith("vllm-"):
+            kind = 2
+        else:
+            kind = 3
+        natural = [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label)]
+        return kind, natural
+
+    return sorted(set(labels), key=key)
+
+
+def label_color(label: str) -> str:
+    if label == "reference":
+        return REFERENCE_COLOR
+    if label.startswith("reference "):
+        return FIX_OFF_COLOR
+    if label.startswith("vllm-"):
+        return PRESET_COLOR
+    return OTHER_COLOR
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_") or "x"
+
+
+def by_workload(runs: Sequence[RunFile]) -> dict[str, list[RunFile]]:
+    groups: dict[str, list[RunFile]] = defaultdict(list)
+    for run in runs:
+        groups[run.workload].append(run)
+    return dict(sorted(groups.items()))
+
+
+def ablation_set(runs: Sequence[RunFile]) -> list[RunFile]:
+    """One run per connector label, all of one configuration (a workload's runs of the same config).
+
+    The configuration shared by the most connector labels wins (ties: the first in path order),
+    so a capacity sweep beside a bench run does not mix into the comparison. Of duplicates of a
+    label, the last in path order counts.
+    """
+    families: dict[str, dict[str, RunFile]] = {}
+    for run in runs:
+        families.setdefault(run.config_key, {})[run.label] = run
+    best = max(families.values(), key=len)  # max keeps the first of equals: path order
+    return [best[label] for label in label_order(best)]
+
+
+def _footer(fig: Figure, runs: Sequence[RunFile], varied: tuple[str, ...] = ()) -> None:
+    commits = sorted({(run.commit or "unknown")[:12] + ("-dirty" if (run.commit or "").endswith("-dirty") else "")
+                      for run in runs})
+    config = runs[0].config if runs else {}
+    shape = ", ".join(f"{key}={config[key]}" for key in ("gpu_blocks", "cpu_chunks", "blocks_per_chunk",
+                                                         "scheduling", "seed") if key in config and key not in varied)
+    text = f"{len(runs)} result files; commit {', '.join(commits)}; {shape}"
+    fig.text(0.01, 0.01, text, fontsize=7, color="#555555")
+
+
+def _save(fig: Figure, out: Path, filename: str) -> str:
+    fig.savefig(out / filename, dpi=110)
+    return filename
+
+
+def _bar_labels(ax, bars, values, fmt) -> None:
+    for bar, value in zip(bars, values):
+        text = "n/a" if value is None else fmt(value)
+        height = 0.0 if value is None else value
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, height), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _format(metric: str):
+    if metric.endswith("_rate"):
+        return lambda v: f"{v:.3f}"
+    return lambda v: f"{v:g}"
+
+
+def _tick_labels(runs: Sequence[RunFile]) -> list[str]:
+    return [run.label.replace(" -", "\n-") + (" (crashed)" if run.crashed else "") for run in runs]
+
+
+# ---- (a) fix ablation -----------------------------------------------------------------------
+
+
+def draw_ablation(runs: Sequence[RunFile], out: Path) -> list[Chart]:
+    charts = []
+    for workload, group in by_workload(runs).items():
+        chosen = ablation_set(group)
+        fig = Figure(figsize=(4.2 * len(ABLATION_METRICS), 4.6), layout="constrained")
+        axes = fig.subplots(1, len(ABLATION_METRICS))
+        x = range(len(chosen))
+        for ax, metric in zip(axes, ABLATION_METRICS):
+            values = [_number(run.metrics.get(metric)) for run in chosen]
+            bars = ax.bar(x, [0.0 if v is None else v for v in values],
+                          color=[label_color(run.label) for run in chosen],
+                          hatch=["//" if run.crashed else "" for run in chosen], edgecolor="white")
+            _bar_labels(ax, bars, values, _format(metric))
+            direction = "higher is better" if metric.endswith("_rate") else "must be 0"
+            ax.set_title(f"{metric}\n({direction})", fontsize=10)
+            ax.set_xticks(list(x), _tick_labels(chosen), rotation=30, ha="right", fontsize=8)
+            if metric.endswith("_rate"):
+                ax.set_ylim(0, 1.12)
+            else:
+                top = max([v for v in values if v is not None] + [0.0])
+                ax.set_ylim(0, max(1.0, top * 1.15))
+            ax.grid(axis="y", alpha=0.3)
+        fig.suptitle(f"Fix ablation: {workload} (reference vs fixes off vs vLLM presets)", fontsize=12)
+        _footer(fig, chosen)
+        fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
+        filename = _save(fig, out, f"ablation-{slug(workload)}.png")
+        caption = "; ".join(f"{m}: {DEFINITIONS[m]}" for m in ABLATION_METRICS)
+        charts.append(Chart("Fix ablation", f"{workload}: reference vs fixes off vs presets", filename, caption))
+    return charts
+
+
+# ---- (b) hit rate against CPU capacity --------------------------------------------------------
+
+
+def capacity_series(runs: Sequence[RunFile]) -> dict[str, dict[str, list[RunFile]]]:
+    """{workload: {series label: runs by cpu_chunks}} for runs that differ only in cpu_chunks.
+
+    A series needs at least two capacities. Its label is the connector label, with a number
+    added when one connector has several such families (other settings differ between them).
+    """
+    found: dict[str, dict[str, list[RunFile]]] = {}
+    for workload, group in by_workload(runs).items():
+        families: dict[tuple[str, str], dict[int, RunFile]] = defaultdict(dict)
+        for run in group:
+            chunks = run.config.get("cpu_chunks")
+            if isinstance(chunks, int):
+                families[(run.label, run.config_key_without("cpu_chunks"))][chunks] = run
+        series: dict[str, list[RunFile]] = {}
+        counts: dict[str, int] = defaultdict(int)
+        for (label, _), by_chunks in sorted(families.items(), key=lambda item: label_order([item[0][0]])):
+            if len(by_chunks) < 2:
+                continue
+            counts[label] += 1
+            name = label if counts[label] == 1 else f"{label} ({counts[label]})"
+            series[name] = [by_chunks[c] for c in sorted(by_chunks)]
+        if series:
+            found[workload] = dict(sorted(series.items(), key=lambda item: label_order([item[0]])[0]))
+    return found
+
+
+def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
+    charts = []
+    for workload, series in capacity_series(runs).items():
+        fig = Figure(figsize=(5.2 * len(CAPACITY_METRICS), 4.4), layout="constrained")
+        axes = fig.subplots(1, len(CAPACITY_METRICS))
+        for ax, metric in zip(axes, CAPACITY_METRICS):
+            for name, points in series.items():
+                xs = [run.config["cpu_chunks"] for run in points]
+                ys = [_number(run.metrics.get(metric)) for run in points]
+                ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="o",
+                        color=label_color(points[0].label), label=name)
+            ax.set_xscale("log", base=2)
+            chunks = sorted({run.config["cpu_chunks"] for points in series.values() for run in points})
+            ax.set_xticks(chunks, [str(c) for c in chunks], fontsize=8)
+            ax.minorticks_off()
+            ax.set_xlabel("cpu_chunks (offload-tier capacity, chunks)")
+            ax.set_ylabel(metric)
+            ax.set_ylim(0, 1.05)
+            ax.set_title(f"{metric} (higher is better)", fontsize=10)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"Hit rate against CPU capacity: {workload}", fontsize=12)
+        _footer(fig, [run for points in series.values() for run in points], varied=("cpu_chunks",))
+        fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
+        filename = _save(fig, out, f"capacity-{slug(workload)}.png")
+        charts.append(Chart("Hit rate against CPU capacity", workload, filename,
+                            "runs that differ only in config.cpu_chunks; "
+                            + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in CAPACITY_METRICS)))
+    return charts
+
+
+# ---- (c) store delays -----------------------------------------------------------------------
+
+
+def draw_store_delays(runs: Sequence[RunFile], out: Path) -> list[Chart]:
+    charts = []
+    for workload, group in by_workload(runs).items():
+        chosen = ablation_set(group)
+        fig = Figure(figsize=(max(8.0, 1.6 * len(chosen) * len(DELAY_METRICS)), 4.4), layout="constrained")
+        axes = fig.subplots(1, len(DELAY_METRICS))
+        width = 0.38
+        for ax, metric in zip(axes, DELAY_METRICS):
+            x = list(range(len(chosen)))
+            for offset, (pct, alpha) in zip((-width / 2, width / 2), (("p50", 1.0), ("p99", 0.45))):
+                values = [_number(run.metrics.get(f"{metric}_{pct}")) for run in chosen]
+                bars = ax.bar([i + offset for i in x], [0.0 if v is None else v for v in values], width,
+                              color=[label_color(run.label) for run in chosen], alpha=alpha, label=pct)
+                _bar_labels(ax, bars, values, lambda v: f"{v:g}")
+            ax.set_xticks(x, _tick_labels(chosen), rotation=30, ha="right", fontsize=8)
+            ax.set_ylabel("steps")
+            ax.set_title(f"{metric}: p50 (solid), p99 (light)\n(lower is better)", fontsize=10)
+            top = max([_number(run.metrics.get(f"{metric}_p99")) or 0.0 for run in chosen] + [1.0])
+            ax.set_ylim(0, top * 1.2)
+            ax.grid(axis="y", alpha=0.3)
+        fig.suptitle(f"Store delays: {workload}", fontsize=12)
+        _footer(fig, chosen)
+        fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
+        filename = _save(fig, out, f"store-delays-{slug(workload)}.png")
+        charts.append(Chart("Store delays", workload, filename,
+                            "p50 and p99 of each run: result files keep these percentiles, not the full "
+                            f"distribution. store_submit_delay_steps: {DEFINITIONS['store_submit_delay_steps_p50']}; "
+                            f"store_visible_delay_steps: {DEFINITIONS['store_visible_delay_steps_p50']}"))
+    return charts
+
+
+# ---- (d) asv history --------------------------------------------------------------------------
+
+
+def draw_asv_history(points: Sequence[AsvPoint], units: dict[str, str], out: Path) -> list[Chart]:
+    """Per machine and benchmark class: one panel per benchmark, one line per parameter set."""
+    groups: dict[tuple[str, str], list[AsvPoint]] = defaultdict(list)
+    for point in points:
+        groups[(point.machine, point.benchmark.rsplit(".", 1)[0])].append(point)
+    charts = []
+    for (machine, owner), group in sorted(groups.items()):
+        commits = sorted({(p.date, p.commit) for p in group})
+        position = {commit: i for i, (_, commit) in enumerate(commits)}
+        names = sorted({p.benchmark for p in group})
+        envs = {p.env for p in group}
+        param_sets = sorted({p.params for p in group})
+        columns = min(4, len(names))
+        rows = -(-len(names) // columns)
+        fig = Figure(figsize=(4.3 * columns, 3.2 * rows + 0.8), layout="constrained")
+        axes = fig.subplots(rows, columns, squeeze=False).ravel()
+        for ax, name in zip(axes, names):
+            lines: dict[tuple[str, tuple[str, ...]], list[AsvPoint]] = defaultdict(list)
+            for p in group:
+                if p.benchmark == name:
+                    lines[(p.env, p.params)].append(p)
+            for (env, params), line in sorted(lines.items()):
+                line.sort(key=lambda p: position[p.commit])
+                label = ", ".join(params) or name.rsplit(".", 1)[1]
+                if len(envs) > 1:
+                    label += f" [{env}]"
+                ax.plot([position[p.commit] for p in line], [p.value for p in line], marker="o",
+                        markersize=3, label=label, color=_params_color(params, param_sets.index(params)))
+            unit = units.get(name, "")
+            ax.set_title(f"{name.rsplit('.', 1)[1]}\n({unit or 'value'}, lower is better)", fontsize=9)
+            ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=45, ha="right", fontsize=7)
+            ax.grid(alpha=0.3)
+        for ax in axes[len(names):]:
+            ax.set_visible(False)
+        legend: dict[str, object] = {}
+        for ax in axes[:len(names)]:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                legend.setdefault(label, handle)
+        if legend:
+            fig.legend(list(legend.values()), list(legend), loc="outside lower center",
+                       ncols=min(6, len(legend)), fontsize=8)
+        fig.suptitle(f"asv history on {machine}: {owner}", fontsize=12)
+        filename = _save(fig, out, f"asv-{slug(machine)}-{slug(owner)}.png")
+        charts.append(Chart("asv history", f"{owner} on {machine}", filename,
+                            f"{len(names)} benchmarks across {len(commits)} commits (ordered by commit date); "
+                            "asv treats every value as lower-is-better"))
+    return charts
+
+
+_CYCLE = ("#8e44ad", "#c0392b", "#16a085", "#d4ac0d", "#7f8c8d", "#2c3e50", "#e67e22", "#27ae60")
+_PRESET_SHADES = {"vllm-0.25": "#1f3f73", "vllm-0.26": "#3b6fb6", "vllm-0.29": "#7fa6dd", "vllm-0.30": "#b7cdee"}
+
+
+def _params_color(params: tuple[str, ...], index: int) -> str:
+    """A connector parameter keeps the ablation's colours; other parameter sets cycle by index."""
+    for value in params:
+        if value == "reference":
+            return REFERENCE_COLOR
+        if value.startswith("vllm-"):
+            return _PRESET_SHADES.get(value, PRESET_COLOR)
+    return _CYCLE[index % len(_CYCLE)]

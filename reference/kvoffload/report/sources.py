@@ -1,0 +1,152 @@
+"""What the report reads: run result files and asv result files, nothing else.
+
+- Run results: every ``*.json`` under the source folder whose ``schema`` is the run schema
+  (``kvoffload run`` / ``kvoffload bench`` output). Other JSON (bench summaries, asv files) is
+  passed over; a file that claims the run schema but is malformed is listed as ignored.
+- asv results: ``<source>/asv/<machine>/<commit>-<env>.json`` (``machine.json`` excluded) and
+  ``<source>/asv/benchmarks.json`` for units. A row of ``results`` holds one value per parameter
+  combination, flattened in Cartesian order of the row's ``params``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvoffload.results import SCHEMA, ResultError, read_result
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """One run result, with the fields the figures group by."""
+
+    path: Path
+    workload: str
+    label: str  # connector label: "reference", "vllm-0.26", "reference -last_block_at_finish"
+    preset: str | None
+    disabled: tuple[str, ...]
+    config: dict[str, Any]
+    metrics: dict[str, Any]
+    commit: str | None
+    crashed: bool
+
+    @property
+    def config_key(self) -> str:
+        return json.dumps(self.config, sort_keys=True)
+
+    def config_key_without(self, *names: str) -> str:
+        return json.dumps({k: v for k, v in self.config.items() if k not in names}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class AsvPoint:
+    """One tracked value of one asv benchmark, parameter combination and commit."""
+
+    machine: str
+    env: str
+    benchmark: str  # module.Class.method
+    params: tuple[str, ...]  # repr of each parameter value, in param order
+    commit: str
+    date: int  # commit date, ms since the epoch (asv's ordering)
+    value: float
+
+
+def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
+    """Run results under ``source`` (sorted by path), and 'path: reason' for ignored ones."""
+    runs, ignored = [], []
+    for path in sorted(source.rglob("*.json")):
+        if not path.is_file() or not _claims_run_schema(path):
+            continue
+        try:
+            data = read_result(path)
+        except ResultError as error:
+            ignored.append(str(error))
+            continue
+        connector = data["connector"]
+        runs.append(RunFile(
+            path=path,
+            workload=str(data["workload"].get("name", path.stem)),
+            label=str(connector.get("label") or connector.get("name") or "?"),
+            preset=connector.get("preset"),
+            disabled=tuple(connector.get("disabled") or ()),
+            config=data["config"],
+            metrics=data["metrics"],
+            commit=(data.get("provenance") or {}).get("commit"),
+            crashed=data.get("error") is not None,
+        ))
+    return runs, ignored
+
+
+def _claims_run_schema(path: Path) -> bool:
+    """True for JSON objects whose ``schema`` is the run schema (other JSON is not ours)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("schema") == SCHEMA
+
+
+def find_asv_points(asv_dir: Path) -> tuple[list[AsvPoint], dict[str, str]]:
+    """Every numeric value in asv result files under ``asv_dir``, and {benchmark: unit}."""
+    if not asv_dir.is_dir():
+        return [], {}
+    units = _asv_units(asv_dir / "benchmarks.json")
+    points: list[AsvPoint] = []
+    for machine_dir in sorted(p for p in asv_dir.iterdir() if p.is_dir()):
+        for path in sorted(machine_dir.glob("*.json")):
+            if path.name == "machine.json":
+                continue
+            points.extend(_asv_file_points(path, machine_dir.name))
+    return points, units
+
+
+def _asv_units(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: str(entry.get("unit", "")) for name, entry in data.items() if isinstance(entry, dict)}
+
+
+def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
+    try:
+        data = json.loads(path.read_text())
+        columns = data["result_columns"]
+        results = data["results"]
+        commit, env = str(data["commit_hash"]), str(data.get("env_name", ""))
+        date = int(data.get("date") or 0)
+        result_col, params_col = columns.index("result"), columns.index("params")
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # not an asv result file
+    points = []
+    for benchmark, row in results.items():
+        if not isinstance(row, list) or len(row) <= max(result_col, params_col):
+            continue
+        values, params = row[result_col], row[params_col] or []
+        if not isinstance(values, list):
+            values = [values]
+        combos = list(itertools.product(*params)) if params else [()]
+        for combo, value in zip(combos, values):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                points.append(AsvPoint(machine=machine, env=env, benchmark=benchmark,
+                                       params=tuple(_unquote(str(p)) for p in combo), commit=commit,
+                                       date=date, value=float(value)))
+    return points
+
+
+def _unquote(text: str) -> str:
+    """asv keys parameters by repr(): show 'multi-turn' as multi-turn."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def check_source(source: Path) -> None:
+    if not source.exists():
+        raise ResultError(f"{source}: no such directory")
+    if not source.is_dir():
+        raise ResultError(f"{source}: not a directory")

@@ -1,0 +1,142 @@
+"""draw_report: figures from result files written by a tiny real run, and clean refusals.
+
+The run results come from real replays of multi-turn-small (reference, a fix switched off, two
+presets, and a capacity sweep); the asv results are a minimal file in asv 0.6's layout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvoffload.report import draw_report
+from kvoffload.report.sources import find_asv_points, find_runs
+from kvoffload.results import ResultError, write_atomic
+from kvoffload.runner import ConnectorChoice, replay_workload
+from kvoffload.workloads import load_workload
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """results/runs-like folder: an ablation of multi-turn-small and a cpu_chunks sweep."""
+    root = tmp_path_factory.mktemp("results")
+    runs = root / "runs"
+    workload = load_workload("multi-turn-small")
+    choices = [ConnectorChoice.build(), ConnectorChoice.build(disabled=("last_block_at_finish",)),
+               ConnectorChoice.build("vllm-0.25"), ConnectorChoice.build("vllm-0.26")]
+    for choice in choices:
+        outcome = replay_workload(workload, choice)
+        write_atomic(runs / f"multi-turn-small-{choice.label.replace(' ', '')}.json", outcome.result)
+    for chunks in (16, 64):
+        outcome = replay_workload(load_workload("multi-turn-small", {"cpu_chunks": str(chunks)}), choices[0])
+        write_atomic(runs / "sweep" / f"cpu{chunks}.json", outcome.result)
+    (runs / "bench-summary.json").write_text(json.dumps({"schema": "kvoffload-bench/bench/v1", "rows": []}))
+    (runs / "notes.json").write_text("not json at all")
+    return root
+
+
+def write_asv_results(asv_dir: Path) -> None:
+    """Two commits of one parameterized track benchmark on machine 'ci-2core' (asv 0.6 layout)."""
+    columns = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
+               "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
+    name = "bench_workloads.TrackMultiTurn.track_last_block_miss_rate"
+    machine = asv_dir / "ci-2core"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text(json.dumps({"machine": "ci-2core", "version": 1}))
+    for i, (commit, values) in enumerate([("aaaa1111" * 5, [0.0, 0.18]), ("bbbb2222" * 5, [0.0, None])]):
+        data = {"commit_hash": commit, "env_name": "existing-py", "date": 1_700_000_000_000 + i,
+                "params": {}, "python": "3.11", "requirements": {}, "env_vars": {}, "result_columns": columns,
+                "results": {name: [values, [["'reference'", "'vllm-0.25'"]], "1"]}, "durations": {},
+                "version": 2}
+        (machine / f"{commit[:8]}-existing-py.json").write_text(json.dumps(data))
+    (asv_dir / "benchmarks.json").write_text(json.dumps({name: {"unit": "ratio", "type": "track"}, "version": 2}))
+
+
+def test_the_report_draws_every_section_from_run_results(run_dir, tmp_path):
+    out = tmp_path / "charts"
+    index = draw_report(run_dir, out)
+    assert index == out / "index.html"
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["ablation-multi-turn-small.png", "capacity-multi-turn-small.png",
+                    "store-delays-multi-turn-small.png"]
+    for name in pngs:
+        assert (out / name).read_bytes().startswith(PNG_MAGIC)
+    page = index.read_text()
+    markdown = (out / "index.md").read_text()
+    for name in pngs:
+        assert f"src='{name}'" in page and f"({name})" in markdown
+    assert "asv history: no asv results" in page  # the missing section says why
+    assert "reference -last_block_at_finish" in page  # the run table lists the fix-off run
+
+
+def test_the_ablation_keeps_one_configuration_and_the_sweep_only_its_own(run_dir):
+    from kvoffload.report.figures import ablation_set, capacity_series
+
+    runs, ignored = find_runs(run_dir)
+    assert len(runs) == 6 and ignored == []  # the summary and the non-JSON file are passed over
+    chosen = ablation_set(runs)
+    assert [run.label for run in chosen] == ["reference", "reference -last_block_at_finish",
+                                             "vllm-0.25", "vllm-0.26"]
+    assert {run.config["cpu_chunks"] for run in chosen} == {256}
+    series = capacity_series(runs)
+    assert list(series) == ["multi-turn-small"]
+    assert {name: [r.config["cpu_chunks"] for r in points] for name, points in series["multi-turn-small"].items()} \
+        == {"reference": [16, 64, 256]}
+
+
+def test_asv_results_become_history_per_machine(run_dir, tmp_path):
+    source = tmp_path / "results"
+    write_asv_results(source / "asv")
+    points, units = find_asv_points(source / "asv")
+    assert {(p.params, p.commit[:8], p.value) for p in points} == {
+        (("reference",), "aaaa1111", 0.0), (("vllm-0.25",), "aaaa1111", 0.18), (("reference",), "bbbb2222", 0.0)}
+    assert units["bench_workloads.TrackMultiTurn.track_last_block_miss_rate"] == "ratio"
+    out = tmp_path / "charts"
+    index = draw_report(source, out)  # asv results alone are enough
+    assert sorted(p.name for p in out.glob("*.png")) == ["asv-ci-2core-bench_workloads.TrackMultiTurn.png"]
+    assert "no run results" in index.read_text()
+
+
+def test_a_malformed_run_file_is_listed_not_fatal(run_dir, tmp_path):
+    source = tmp_path / "results"
+    good = next((run_dir / "runs").glob("multi-turn-small-reference.json"))
+    (source / "runs").mkdir(parents=True)
+    (source / "runs" / good.name).write_text(good.read_text())
+    (source / "runs" / "broken.json").write_text(json.dumps({"schema": "kvoffload-bench/run/v1"}))
+    index = draw_report(source, tmp_path / "charts")
+    assert "broken.json: key &#x27;workload&#x27; missing" in index.read_text()
+
+
+def test_stale_figures_are_replaced(run_dir, tmp_path):
+    out = tmp_path / "charts"
+    out.mkdir()
+    (out / "ablation-gone.png").write_bytes(PNG_MAGIC)
+    (out / "keep-me.png").write_bytes(PNG_MAGIC)
+    draw_report(run_dir, out)
+    assert not (out / "ablation-gone.png").exists()
+    assert (out / "keep-me.png").exists()  # not one of the report's names
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda tmp: tmp / "missing", "no such directory"),
+    (lambda tmp: tmp, "no result files"),
+])
+def test_a_bad_source_is_one_line_naming_the_path(tmp_path, make, message):
+    source = make(tmp_path)
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ResultError) as error:
+        draw_report(source, tmp_path / "out")
+    text = str(error.value)
+    assert message in text and str(source) in text and "\n" not in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_file_as_source_is_refused(tmp_path):
+    path = tmp_path / "result.json"
+    path.write_text("{}")
+    with pytest.raises(ResultError, match="not a directory"):
+        draw_report(path, tmp_path / "out")
