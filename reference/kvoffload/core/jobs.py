@@ -62,7 +62,9 @@ class JobRegistry:
                   fence_now: bool) -> JobId:
         for job_id in self._jobs_by_request.get(req_id, ()):
             assert self._jobs[job_id].is_store, f"store for {req_id!r} while it is loading"
-        blocks = frozenset(b for b in source_blocks if b != NULL_BLOCK)
+        blocks = frozenset(source_blocks)
+        if NULL_BLOCK in blocks:
+            blocks = blocks - {NULL_BLOCK}
         job = _Job(self._take_id(), req_id, True, keys, blocks, self.num_workers)
         self._add(job)
         if fence_now:

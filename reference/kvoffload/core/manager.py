@@ -147,7 +147,10 @@ class CPUOffloadManager:
         Returns None, changing nothing, when not enough ready chunks can be evicted.
         """
         self._check_submit(req_id, "prepare_store")
-        wanted = [key for key in dict.fromkeys(keys) if key not in self._chunks]
+        chunks = self._chunks
+        wanted = [key for key in keys if key not in chunks]
+        if len(set(wanted)) != len(wanted):
+            wanted = list(dict.fromkeys(wanted))
         shortfall = len(wanted) - len(self._free_slots)
         evicted: list[OffloadKey] = []
         if shortfall > 0:

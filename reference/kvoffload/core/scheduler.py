@@ -174,7 +174,8 @@ class ReferenceConnectorScheduler:
             state = self._requests.get(req_id)
             if state is not None:
                 state.block_ids.extend(new_blocks)
-            allocated.update(b for b in new_blocks if b != NULL_BLOCK)
+            allocated.update(new_blocks)
+        allocated.discard(NULL_BLOCK)
 
         flush = self._flush_next_plan
         for req_id in out.preempted_req_ids:  # their blocks are freed: every store must land first
@@ -208,65 +209,83 @@ class ReferenceConnectorScheduler:
         return plan
 
     def _build_store_jobs(self, out: SchedulerOutput, allocated: set[BlockId], flush: set[JobId]) -> list[TransferJob]:
-        cfg, fixes = self.config, self.fixes
-        bpc, tpc = cfg.blocks_per_chunk, cfg.tokens_per_chunk
-        candidates: Iterable[ReqId] = out.num_scheduled_tokens
-        if fixes.last_block_at_finish:
-            candidates = [*out.num_scheduled_tokens, *out.finished_req_ids]
+        tpc = self.config.tokens_per_chunk
+        requests = self._requests
         jobs: list[TransferJob] = []
-        for req_id in candidates:
-            state = self._requests.get(req_id)
+        for req_id, num_scheduled in out.num_scheduled_tokens.items():
+            state = requests.get(req_id)
             if state is None:
                 continue
             req = state.req
-            start = state.next_stored_chunk
-            num_chunks = self._offloadable_tokens(req, out.num_scheduled_tokens.get(req_id, 0)) // tpc
-            if num_chunks <= start:
-                continue  # the common decode step: no chunk completed
-            finished = req.status.is_finished
-            self._refresh_keys(state)
-            if fixes.storable_within_allocated:
-                num_chunks = min(num_chunks, len(state.block_ids) // bpc, len(state.offload_keys))
-                if num_chunks <= start:
-                    continue
-            keys = state.offload_keys[start:num_chunks]
-            last_blocks = state.block_ids[start * bpc + bpc - 1:num_chunks * bpc:bpc]
-            if not len(keys) == len(last_blocks) == num_chunks - start:
-                # vLLM's `assert len(offload_keys) == len(block_ids)` (#49118, #52170): fatal.
-                raise ConnectorCrash(
-                    f"assert len(offload_keys) == len(block_ids) failed for {req_id!r}: chunks "
-                    f"{start}..{num_chunks}, {len(keys)} keys, {len(last_blocks)} blocks")
-            wanted = [(chunk, key) for chunk, (key, block) in enumerate(zip(keys, last_blocks), start)
-                      if block != NULL_BLOCK]
-            if not wanted:
-                state.next_stored_chunk = num_chunks
+            # Fast path, the common decode step: the watermark, min(computed + scheduled,
+            # num_tokens), stays short of the end of the next chunk to store.
+            boundary = (state.next_stored_chunk + 1) * tpc
+            if req.num_computed_tokens + num_scheduled < boundary or len(req.all_token_ids) < boundary:
                 continue
-            wanted_keys = [key for _, key in wanted]
-            prepared = self.manager.prepare_store(req_id, wanted_keys)
-            if prepared is None:  # tier full of pending or pinned chunks: retry next step
-                self.stats.store_allocation_failures += 1
-                continue
-            state.next_stored_chunk = num_chunks
-            if not prepared.keys_to_store:
-                continue
-            self.manager.touch(wanted_keys)
-            slot_of = dict(zip(prepared.keys_to_store, prepared.slots))
-            source: list[BlockId] = []
-            slots, chunk_indices = [], []
-            for chunk, key in wanted:
-                if key in slot_of:
-                    source.extend(state.block_ids[chunk * bpc:(chunk + 1) * bpc])
-                    slots.append(slot_of[key])
-                    chunk_indices.append(chunk)
-            job_id = self.jobs.add_store(req_id, prepared.keys_to_store, source, fence_now=finished)
-            if finished and not allocated.isdisjoint(source):
-                flush.add(job_id)  # its blocks were just handed out again (PR #48596)
-            self.stats.store_jobs += 1
-            self.stats.chunks_stored += len(slots)
-            jobs.append(TransferJob(job_id=job_id, req_id=req_id, kind=TransferKind.STORE,
-                                    gpu_block_ids=tuple(source), chunk_slots=tuple(slots),
-                                    chunk_indices=tuple(chunk_indices)))
+            self._store_request(state, num_scheduled, allocated, flush, jobs)
+        if self.fixes.last_block_at_finish:  # PR #48596: finished requests get their last store
+            for req_id in out.finished_req_ids:
+                state = requests.get(req_id)
+                if state is not None:
+                    self._store_request(state, 0, allocated, flush, jobs)
         return jobs
+
+    def _store_request(self, state: _RequestState, num_scheduled: int, allocated: set[BlockId],
+                       flush: set[JobId], jobs: list[TransferJob]) -> None:
+        """Offer the request's chunks from its cursor up to its watermark to the manager; on
+        success append the store job (and flush it if its blocks were just handed out)."""
+        cfg, fixes = self.config, self.fixes
+        bpc, tpc = cfg.blocks_per_chunk, cfg.tokens_per_chunk
+        req = state.req
+        req_id = req.req_id
+        start = state.next_stored_chunk
+        num_chunks = self._offloadable_tokens(req, num_scheduled) // tpc
+        if num_chunks <= start:
+            return
+        finished = req.status.is_finished
+        self._refresh_keys(state)
+        if fixes.storable_within_allocated:
+            num_chunks = min(num_chunks, len(state.block_ids) // bpc, len(state.offload_keys))
+            if num_chunks <= start:
+                return
+        keys = state.offload_keys[start:num_chunks]
+        last_blocks = state.block_ids[start * bpc + bpc - 1:num_chunks * bpc:bpc]
+        if not len(keys) == len(last_blocks) == num_chunks - start:
+            # vLLM's `assert len(offload_keys) == len(block_ids)` (#49118, #52170): fatal.
+            raise ConnectorCrash(
+                f"assert len(offload_keys) == len(block_ids) failed for {req_id!r}: chunks "
+                f"{start}..{num_chunks}, {len(keys)} keys, {len(last_blocks)} blocks")
+        wanted = [(chunk, key) for chunk, (key, block) in enumerate(zip(keys, last_blocks), start)
+                  if block != NULL_BLOCK]
+        if not wanted:
+            state.next_stored_chunk = num_chunks
+            return
+        wanted_keys = [key for _, key in wanted]
+        prepared = self.manager.prepare_store(req_id, wanted_keys)
+        if prepared is None:  # tier full of pending or pinned chunks: retry next step
+            self.stats.store_allocation_failures += 1
+            return
+        state.next_stored_chunk = num_chunks
+        if not prepared.keys_to_store:
+            return
+        self.manager.touch(wanted_keys)
+        if len(prepared.keys_to_store) == num_chunks - start:  # the usual case: every chunk is new
+            source = tuple(state.block_ids[start * bpc:num_chunks * bpc])
+            slots = prepared.slots
+            chunk_indices = tuple(range(start, num_chunks))
+        else:
+            slot_of = dict(zip(prepared.keys_to_store, prepared.slots))
+            stored = [(chunk, slot_of[key]) for chunk, key in wanted if key in slot_of]
+            source = tuple(b for chunk, _ in stored for b in state.block_ids[chunk * bpc:(chunk + 1) * bpc])
+            slots = tuple(slot for _, slot in stored)
+            chunk_indices = tuple(chunk for chunk, _ in stored)
+        job_id = self.jobs.add_store(req_id, prepared.keys_to_store, source, fence_now=finished)
+        if finished and not allocated.isdisjoint(source):
+            flush.add(job_id)  # its blocks were just handed out again (PR #48596)
+        self.stats.store_jobs += 1
+        self.stats.chunks_stored += len(slots)
+        jobs.append(TransferJob(job_id=job_id, req_id=req_id, kind=TransferKind.STORE,
+                                gpu_block_ids=source, chunk_slots=slots, chunk_indices=chunk_indices))
 
     def _offloadable_tokens(self, req: RequestView, num_scheduled: int) -> int:
         """The store watermark: tokens whose KV a forward pass has written (or will this step)."""
