@@ -60,8 +60,9 @@ class JobRegistry:
 
     def add_store(self, req_id: ReqId, keys: tuple[OffloadKey, ...], source_blocks: Iterable[BlockId],
                   fence_now: bool) -> JobId:
-        for job_id in self._jobs_by_request.get(req_id, ()):
-            assert self._jobs[job_id].is_store, f"store for {req_id!r} while it is loading"
+        siblings = self._jobs_by_request.get(req_id)
+        if siblings:  # I4: a loading request holds exactly one job, its load
+            assert self._jobs[next(iter(siblings))].is_store, f"store for {req_id!r} while it is loading"
         blocks = frozenset(source_blocks)
         if NULL_BLOCK in blocks:
             blocks = blocks - {NULL_BLOCK}
