@@ -45,9 +45,12 @@ def test_the_same_command_gives_the_same_metrics(capsys, tmp_path):
 
 
 def test_a_crashing_connector_exits_1_and_records_the_error(capsys, tmp_path):
-    """vLLM 0.26 died on a queued abort (#49118); multi-turn-small aborts some queued requests."""
+    """vLLM 0.26 died on a queued abort (#49118): abort every other request before it is scheduled."""
+    definition = tmp_path / "aborting.toml"
+    bundled = (REPO / "workloads" / "multi-turn-small.toml").read_text().split("[aborts]")[0]
+    definition.write_text(bundled + "[aborts]\nshare = 0.5\nafter_steps = 0\n")
     out = tmp_path / "crash.json"
-    code, _, err = run_cli(capsys, "run", "--workload", "multi-turn-small", "--preset", "vllm-0.26", "--quiet",
+    code, _, err = run_cli(capsys, "run", "--workload", str(definition), "--preset", "vllm-0.26", "--quiet",
                            "--out", str(out))
     assert code == 1
     result = json.loads(out.read_text())

@@ -183,3 +183,15 @@ class TestRobustness:
         assert fixed.preemptions > 0
         assert (fixed.stuck_requests, fixed.leaked_requests) == ((), ())
         assert broken.stuck_requests or broken.leaked_requests
+
+
+def test_a_pool_full_of_landed_loads_still_makes_progress():
+    """Requests whose loads landed hold their blocks; a fresh request that cannot get blocks must
+    not stop them from running (it did: seven requests stuck with 15 usable blocks)."""
+    from kvoffload.workloads import load_workload
+
+    workload = load_workload("shared-prefix-small", {"gpu_blocks": "16"})
+    record = replay(workload.requests, workload.engine, Fixes(), strict=True)
+    assert record.connector_stats["hit_tokens"] > 0
+    assert (record.stuck_requests, record.crash, record.poisoned) == ((), None, [])
+    assert record.finished_requests == len(workload.requests)

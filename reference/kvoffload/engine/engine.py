@@ -329,10 +329,13 @@ class Engine:
             index += 1
 
         skipped: list[LiveRequest] = []
+        # Once a request could not get blocks, only requests whose load landed may still start:
+        # they hold their blocks already, and running them is what frees blocks again.
+        blocked = False
         while self._waiting and budget > 0 and len(self._running) < cfg.max_num_seqs and not preempted:
             live = self._waiting.popleft()
             req = live.req
-            if live.load_job is not None:  # its load is still in flight
+            if live.load_job is not None or (blocked and not live.loaded):
                 skipped.append(live)
                 continue
             if live.loaded:  # the load landed: continue after the loaded tokens
@@ -340,7 +343,8 @@ class Engine:
                 needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
                 if needed > self.pool.num_free:
                     skipped.append(live)
-                    break
+                    blocked = True
+                    continue
                 live.blocks.extend(self.pool.allocate(needed))
                 live.loaded = False
             else:
@@ -351,10 +355,13 @@ class Engine:
                     skipped.append(live)
                     continue
                 count = 0 if hits else min(req.num_tokens - num_local, budget)
-                needed = cdiv(num_local + (hits or count), bs) - len(local_blocks)
+                # A load gets blocks for its whole prompt at once, so that once it lands it can
+                # run without asking for more (a request holding blocks must be able to finish).
+                needed = cdiv(req.num_tokens if hits else num_local + count, bs) - len(local_blocks)
                 if needed > self.pool.num_free_after_taking(local_blocks):
                     skipped.append(live)
-                    break
+                    blocked = True
+                    continue
                 self._note_admission(live, num_local, hits)
                 self.pool.take(local_blocks)
                 live.blocks = local_blocks + self.pool.allocate(needed)
