@@ -5,7 +5,6 @@ A refused job is never queued: nothing is copied, nothing is reported, no block 
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -65,7 +64,7 @@ def test_a_job_id_submitted_twice(any_handler, kv, jobs):
     handler.wait_all()
     handler.get_finished()
 
-    again = dataclasses.replace(first, gpu_block_ids=(2,), chunk_slots=(1,))
+    again = first._replace(gpu_block_ids=(2,), chunk_slots=(1,))
     _assert_refused(handler, handler.submit_store, again, "already submitted")
     assert not handler.kv.tier_blocks[1].any()
 
@@ -79,7 +78,7 @@ def test_kind_and_method_must_agree(any_handler, kv, jobs):
 
 def test_stores_never_skip_and_loads_skip_less_than_a_chunk(any_handler, kv_factory, jobs):
     handler = any_handler(kv_factory(blocks_per_chunk=2))
-    store = dataclasses.replace(jobs.store([1], chunk_slots=[0]), skip_blocks=1)
+    store = jobs.store([1], chunk_slots=[0])._replace(skip_blocks=1)
     _assert_refused(handler, handler.submit_store, store, "store with skip_blocks=1")
     _assert_refused(
         handler,

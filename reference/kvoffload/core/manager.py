@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from kvoffload.core.types import ChunkSlot, ConfigError, LifecycleEvent, OffloadKey, ReqId
 
@@ -31,9 +31,10 @@ class LookupResult(enum.Enum):
     HIT_PENDING = "hit_pending"  # present, its store still in flight
 
 
-@dataclass(frozen=True)
-class PrepareStoreOutput:
-    """``keys_to_store[i]`` goes to tier slot ``slots[i]``; ``evicted_keys`` were dropped for room."""
+class PrepareStoreOutput(NamedTuple):
+    """``keys_to_store[i]`` goes to tier slot ``slots[i]``; ``evicted_keys`` were dropped for room.
+
+    A NamedTuple (immutable) rather than a frozen dataclass: one per store, on the hot path."""
 
     keys_to_store: tuple[OffloadKey, ...]
     slots: tuple[ChunkSlot, ...]
