@@ -16,7 +16,7 @@ from kvoffload.core.fixes import FIX_INFO, PRESETS, presets_lacking
 from kvoffload.core.types import ConfigError
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import ResultError, check_writable, read_result, write_atomic
-from kvoffload.runner import ConnectorChoice, RunOutcome, replay_workload
+from kvoffload.runner import ConnectorChoice, RunOutcome, chrome_trace, replay_workload
 from kvoffload.workloads import (
     DEFAULT_WORKLOAD,
     WorkloadError,
@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings")
     run.add_argument("--out", type=Path, help="result JSON (default results/runs/<workload>-<label>.json)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--trace", type=Path, metavar="FILE", help="also write the jobs as a Chrome trace (JSON)")
 
     bench = sub.add_parser("bench", help="the main job: bundled workloads x reference and vLLM presets")
     bench.add_argument("--small", action="store_true", help="the -small workloads (seconds, for a smoke run)")
@@ -121,8 +122,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = args.out or Path("results/runs") / f"{_slug(workload.name)}-{_slug(choice.label)}.json"
     if args.out is not None:
         check_writable(out)
-    outcome = _replay(workload, choice, quiet=args.quiet)
+    if args.trace is not None:
+        check_writable(args.trace)
+    outcome = _replay(workload, choice, quiet=args.quiet, trace=args.trace is not None)
     write_atomic(out, outcome.result)
+    if args.trace is not None:
+        write_atomic(args.trace, chrome_trace(outcome.record))
     print(_run_table(outcome))
     print(f"\nresult: {out}")
     if outcome.failed:
@@ -132,9 +137,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "") -> RunOutcome:
+def _replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False) -> RunOutcome:
     if quiet:
-        return replay_workload(workload, choice)
+        return replay_workload(workload, choice, trace=trace)
     from tqdm import tqdm
 
     with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
@@ -142,7 +147,7 @@ def _replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "") 
         def on_step(step: int, finished: int) -> None:
             if finished > bar.n:
                 bar.update(finished - bar.n)
-        return replay_workload(workload, choice, on_step=on_step)
+        return replay_workload(workload, choice, on_step=on_step, trace=trace)
 
 
 def _run_table(outcome: RunOutcome) -> str:

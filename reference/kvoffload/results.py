@@ -63,11 +63,11 @@ def check_writable(path: Path) -> None:
     """Raise OSError naming the problem if ``path`` could not be written (before a long run)."""
     parent = path.parent if str(path.parent) else Path(".")
     if path.exists() and path.is_dir():
-        raise OSError(f"--out {path}: is a directory")
+        raise OSError(f"{path}: is a directory")
     if not parent.exists():
-        raise OSError(f"--out {path}: directory {parent} does not exist")
+        raise OSError(f"{path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
-        raise OSError(f"--out {path}: directory {parent} is not writable")
+        raise OSError(f"{path}: directory {parent} is not writable")
 
 
 def write_atomic(path: Path, data: dict[str, Any]) -> None:

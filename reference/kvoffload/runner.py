@@ -50,8 +50,8 @@ class RunOutcome:
 
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
-                    on_step: Callable[[int, int], None] | None = None) -> RunOutcome:
-    engine = Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step)
+                    on_step: Callable[[int, int], None] | None = None, trace: bool = False) -> RunOutcome:
+    engine = Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace)
     record = engine.run()
     metrics = compute_metrics(record)
     error = None
@@ -63,3 +63,10 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
         connector=choice.describe(), config=workload.engine, metrics=metrics, seed=workload.engine.seed,
         error=error)
     return RunOutcome(result, record)
+
+
+def chrome_trace(record: RunRecord) -> dict:
+    """The run's transfer jobs as a Chrome trace (chrome://tracing, Perfetto): one row per
+    request, one instant event per job at the step that built it (1 step = 1 µs on the axis)."""
+    return {"traceEvents": record.trace_events, "displayTimeUnit": "ms",
+            "otherData": {"time_unit": "engine step"}}

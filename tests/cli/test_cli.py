@@ -70,6 +70,17 @@ def test_disable_fix_and_set_reach_the_run(capsys, tmp_path):
     assert result["metrics"]["poisoned_loads"] > 0
 
 
+def test_trace_export_is_a_chrome_trace_of_the_jobs(capsys, tmp_path):
+    out, trace = tmp_path / "r.json", tmp_path / "trace.json"
+    code, _, _ = run_cli(capsys, "run", "--workload", "multi-turn-small", "--quiet", "--out", str(out),
+                         "--trace", str(trace))
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert code == 0 and events
+    assert {event["name"].split()[0] for event in events} == {"store", "load"}
+    steps = json.loads(out.read_text())["metrics"]["steps"]
+    assert all(0 <= event["ts"] < steps and event["tid"] for event in events)
+
+
 def test_compare_shows_differences(capsys, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     run_cli(capsys, "run", "--workload", "spec-decode-small", "--quiet", "--out", str(a))
