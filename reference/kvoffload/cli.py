@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 the run failed (a connector crash; the result file reco
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -91,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {"run": _cmd_run, "bench": _cmd_bench, "fixes": _cmd_fixes, "workloads": _cmd_workloads,
                    "report": _cmd_report, "compare": _cmd_compare}[args.command]
         return handler(args)
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (UsageError, WorkloadError, ConfigError, ResultError, OSError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
         print(f"kvoffload: error: {message}", file=sys.stderr)
@@ -258,13 +262,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"{'metric':<{width}}  {'A':>12}  {'B':>12}  {'B - A':>12}")
     for name in METRIC_NAMES:
         va, vb = a["metrics"].get(name), b["metrics"].get(name)
-        delta = "-" if not isinstance(va, (int, float)) or not isinstance(vb, (int, float)) else \
-            format_value(name, vb - va) if not isinstance(vb - va, float) or abs(vb - va) > 1e-12 else "0"
-        if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and vb - va > 0 and delta != "0":
-            delta = "+" + delta
-        print(f"{name:<{width}}  {format_value(name, va):>12}  {format_value(name, vb):>12}  {delta:>12}")
+        print(f"{name:<{width}}  {format_value(name, va):>12}  {format_value(name, vb):>12}  "
+              f"{_difference(name, va, vb):>12}")
     print(f"\nA: {args.a} {label_a}\nB: {args.b} {label_b}")
     return 0
+
+
+def _difference(name: str, a, b) -> str:
+    """B - A with a sign; "-" when either side has no value; "0" when equal."""
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return "-"
+    delta = b - a
+    if abs(delta) < 1e-12:
+        return "0"
+    return ("+" if delta > 0 else "") + format_value(name, delta)
 
 
 if __name__ == "__main__":
