@@ -23,7 +23,7 @@ from typing import Iterable
 from kvoffload.core.types import BlockId, JobId, NULL_BLOCK, OffloadKey, ReqId
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     job_id: JobId
     req_id: ReqId

@@ -54,7 +54,7 @@ class LifecycleViolation(KeyError):
     """
 
 
-@dataclass
+@dataclass(slots=True)
 class _Chunk:
     slot: ChunkSlot
     ref_count: int  # -1 pending store, 0 ready, n > 0 being loaded n times
@@ -150,7 +150,7 @@ class CPUOffloadManager:
         self._check_submit(req_id, "prepare_store")
         chunks = self._chunks
         wanted = [key for key in keys if key not in chunks]
-        if len(set(wanted)) != len(wanted):
+        if len(wanted) > 1 and len(set(wanted)) != len(wanted):
             wanted = list(dict.fromkeys(wanted))
         shortfall = len(wanted) - len(self._free_slots)
         evicted: list[OffloadKey] = []

@@ -41,7 +41,7 @@ from kvoffload.core.types import (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class _RequestState:
     """What the connector remembers of one request, from on_new_request until released."""
 
@@ -284,8 +284,7 @@ class ReferenceConnectorScheduler:
             flush.add(job_id)  # its blocks were just handed out again (PR #48596)
         self.stats.store_jobs += 1
         self.stats.chunks_stored += len(slots)
-        jobs.append(TransferJob(job_id=job_id, req_id=req_id, kind=TransferKind.STORE,
-                                gpu_block_ids=source, chunk_slots=slots, chunk_indices=chunk_indices))
+        jobs.append(TransferJob(job_id, req_id, TransferKind.STORE, source, slots, chunk_indices))
 
     def _offloadable_tokens(self, req: RequestView, num_scheduled: int) -> int:
         """The store watermark: tokens whose KV a forward pass has written (or will this step)."""
