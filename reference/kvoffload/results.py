@@ -100,4 +100,10 @@ def read_result(path: Path) -> dict[str, Any]:
     for key in ("workload", "connector", "config", "metrics"):
         if not isinstance(data.get(key), dict):
             raise ResultError(f"{path}: key {key!r} missing or not an object")
+    for section, key in (("workload", "name"), ("connector", "label")):
+        if not isinstance(data[section].get(key), str):
+            raise ResultError(f"{path}: key {section}.{key}: expected a string, got {data[section].get(key)!r}")
+    for name, value in data["metrics"].items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ResultError(f"{path}: key metrics.{name}: expected a number or null, got {value!r}")
     return data

@@ -163,8 +163,24 @@ class TestRobustness:
         ]
         record = replay(requests, config, Fixes(), strict=True, trace=True)
         assert (record.crash, record.poisoned, record.leaked_requests) == (None, [], ())
-        assert stored_chunks(record, "long") <= {0, 1, 2, 3}  # at most the 16 computed tokens
+        # At most the 16 computed tokens (blocks are allocated only as far as computed, so the
+        # allocated-block clamp holds this too; the next test isolates the aborted watermark).
+        assert stored_chunks(record, "long") <= {0, 1, 2, 3}
         assert stored_chunks(record, "queued") == set()
+
+    @pytest.mark.parametrize("fixed", [True, False])
+    def test_abort_mid_prefill_stores_only_computed_tokens(self, fixed):
+        """PR #49285: A has computed 6 of its 40 prompt tokens (blocks for positions 0-7) when it
+        is aborted. Only chunk 0 is fully written: without the fix the watermark is the prompt
+        and chunk 1 is stored with slots 6 and 7 never written; C, resending A's prompt, loads it."""
+        config = TINY.replace(max_num_batched_tokens=6)
+        a = RequestSpec("A", tokens(1, 40), tokens(2, 2), abort_after_steps=1)
+        c = RequestSpec("C", a.prompt_token_ids + tokens(3, 4), tokens(4, 2), arrival_step=5)
+        fixes = Fixes() if fixed else Fixes().without("aborted_watermark")
+        record = replay([a, c], config, fixes, trace=True)
+        assert stored_chunks(record, "A") == ({0} if fixed else {0, 1})
+        assert [(p.req_id, p.chunk) for p in record.poisoned] == ([] if fixed else [("C", 1)])
+        assert record.crash is None
 
     @pytest.mark.parametrize("scheduling", ["sync", "async"])
     def test_reset_cache_with_jobs_in_flight(self, scheduling):

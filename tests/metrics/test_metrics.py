@@ -52,7 +52,17 @@ def test_hit_rates_and_counts():
     assert metrics["gpu_hit_rate"] == pytest.approx(4 / (6 + 13))
     assert metrics["offload_hit_rate"] == pytest.approx(4 / (4 + 8))
     assert metrics["poisoned_loads"] == metrics["crashes"] == metrics["leaked_requests"] == 0
-    assert set(metrics) == set(METRIC_NAMES)
+
+
+def test_a_rejected_draft_does_not_count_as_written_kv():
+    """k=2, prompt 5. Step 1 writes positions 5-7 but rejects both drafts: slot 7 holds a draft.
+    Step 2 writes 6-8 and accepts both: chunk 1 (positions 4-7) is really written at step 2. Its
+    store is built at step 3 (the watermark needs num_tokens past 8) and submitted at step 4."""
+    request = RequestSpec("A", (10, 11, 12, 13, 14), (15, 16, 17, 18, 19, 20, 21), accept_counts=(0, 2, 2))
+    record = replay([request], TINY.replace(spec_tokens=2), Fixes(), trace=True)
+    built = [(event["ts"], event["args"]["chunks"]) for event in record.trace_events]
+    assert built == [(0, [0]), (3, [1])]
+    assert record.store_submit_delays == [1, 4 - 2]
 
 
 def test_percentile_is_nearest_rank():

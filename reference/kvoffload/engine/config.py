@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvoffload.core.types import ConfigError, ConnectorConfig
+from kvoffload.engine.cost import profile as hardware_profile
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class EngineConfig:
             raise ConfigError(f"spec_acceptance must be within [0, 1], got {self.spec_acceptance!r}")
         if self.scheduling not in ("sync", "async"):
             raise ConfigError(f"scheduling must be 'sync' or 'async', got {self.scheduling!r}")
+        hardware_profile(self.profile)  # ConfigError naming an unknown profile
         for name in ("offload_prompt_only", "strict_lifecycle"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")

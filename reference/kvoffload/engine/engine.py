@@ -117,7 +117,13 @@ class Engine:
         self.on_step = on_step
         self.rng = random.Random(config.seed)
         bs = config.block_size
-        self.kv = KVCache(config.gpu_blocks, bs, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)
+        try:
+            self.kv = KVCache(config.gpu_blocks, bs, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)
+        except (RuntimeError, MemoryError) as error:  # torch's "can't allocate memory"
+            gpu_bytes = config.gpu_blocks * bs * config.slot_bytes
+            cpu_bytes = config.cpu_chunks * config.tokens_per_chunk * config.slot_bytes
+            raise ConfigError(f"cannot allocate the KV tensors ({gpu_bytes:,} GPU-tier and {cpu_bytes:,} "
+                              f"offload-tier bytes): lower gpu_blocks, cpu_chunks or slot_bytes") from error
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
         self._slot_fp = self.kv.gpu.view(config.gpu_blocks * bs, config.slot_bytes).view(torch.int64)[:, 0]
         self.handler = SteppedTransferHandler(self.kv, config.store_completion_steps)
@@ -483,7 +489,9 @@ class Engine:
                 big_slots.append(table[positions // bs - first] * bs + positions % bs)
                 big_sources.append(positions + live.fp_offset)
                 written_blocks.update(blocks[first:last + 1])
-            for chunk in range(cdiv(start + 1, tpc) - 1, end // tpc):  # chunks whose last slot was written
+            # Chunks whose last slot now holds valid KV (a rejected draft's KV does not count).
+            valid_end = start + 1 + item.accepted if item.num_tokens > 1 and not item.prefill else end
+            for chunk in range(cdiv(start + 1, tpc) - 1, valid_end // tpc):
                 self._chunk_written_at[(live.req_id, chunk)] = step
         self._check_fence(step, plan, writes)
         if small_slots or big_slots or draft_slots:
@@ -568,7 +576,8 @@ class Engine:
         decode = sum(1 for item in scheduled if not item.prefill)
         tpb = self.config.block_size
         loads = sum(len(job.gpu_block_ids) for job in plan.load_jobs) * tpb
-        flushes = sum(len(job.gpu_block_ids) for job in plan.store_jobs if job.job_id in plan.jobs_to_flush) * tpb
+        flushed = (self._open_stores.get(job_id) for job_id in plan.jobs_to_flush)  # this plan's and older
+        flushes = sum(len(job.gpu_block_ids) for job in flushed if job is not None) * tpb
         self.record.scheduled_tokens += prefill + sum(item.num_tokens for item in scheduled if not item.prefill)
         self.record.modeled_seconds += self.profile.step_seconds(prefill, decode, loads, flushes)
 
@@ -594,7 +603,8 @@ class Engine:
             if live.num_outputs >= live.spec.max_tokens:
                 status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
                 self._finish(live, status, step)
-        self._deliver_results(output.results, step)
+        # Completions are processed now (under async, one step after the step that produced them).
+        self._deliver_results(output.results, self._step)
 
     def _finish(self, live: LiveRequest, status: RequestStatus, step: int) -> None:
         live.req.status = status

@@ -106,10 +106,22 @@ def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workloa
     requests = in_arrival_order(definition.generator.generate(ctx))
     if definition.aborts is not None:
         requests = definition.aborts.apply(requests, seed)
+    _check_fit(requests, engine, definition.display)
     if not requests:
         raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
     return Workload(name=definition.name, description=definition.description, seed=seed, engine=engine,
                     requests=requests, source=source)
+
+
+def _check_fit(requests: tuple[RequestSpec, ...], engine: EngineConfig, display: str) -> None:
+    """Every request must fit the GPU pool on its own (vLLM rejects what exceeds max_model_len)."""
+    longest = max(requests, key=lambda spec: spec.num_prompt_tokens + spec.max_tokens)
+    tokens = longest.num_prompt_tokens + longest.max_tokens + engine.spec_tokens
+    needed = -(-tokens // engine.block_size) + 1  # + the null block
+    if engine.gpu_blocks < needed:
+        raise WorkloadError(f"{display}: key engine.gpu_blocks: expected at least {needed} (request "
+                            f"{longest.req_id} needs {needed - 1} blocks of {engine.block_size} tokens), "
+                            f"got {engine.gpu_blocks}")
 
 
 def list_workloads() -> list[tuple[str, str]]:
