@@ -8,7 +8,7 @@ from kvoffload.core.fixes import Fixes
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import replay
 from kvoffload.engine.requests import RequestSpec
-from kvoffload.metrics import METRIC_NAMES, compute_metrics, percentile
+from kvoffload.metrics import compute_metrics, percentile
 
 TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
 

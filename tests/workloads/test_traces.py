@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload, reusable_prompt_share
 from kvoffload.workloads.tokens import ASSISTANT_ID, EOS_ID, USER_ID, StandInTokenizer

@@ -86,9 +86,6 @@ class BlockPool:
                 if self._hash_of[block] is None:
                     self._free.move_to_end(block, last=False)
 
-    def is_committed(self, block: BlockId) -> bool:
-        return self._hash_of[block] is not None
-
     def uncache_free_blocks(self) -> None:
         """reset_prefix_cache: free blocks lose their hashes (blocks in use keep theirs)."""
         for block in self._free:

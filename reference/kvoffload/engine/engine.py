@@ -22,7 +22,7 @@ import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -75,6 +75,18 @@ class _Scheduled:
     accepted: int  # drafts that survive verification
     generation: int
     prefill: bool
+
+
+class _OpenStore(NamedTuple):
+    """A store job from its plan until its completion is processed."""
+
+    job: TransferJob
+    written_at: list[int]  # per chunk: the step its KV was fully written
+
+
+class _LoadInFlight(NamedTuple):
+    live: LiveRequest
+    job: TransferJob
 
 
 @dataclass(frozen=True)
@@ -167,11 +179,9 @@ class Engine:
         self._waiting: deque[LiveRequest] = deque()
         self._running: list[LiveRequest] = []
         self._finished_since_schedule: list[str] = []
-        self._load_owner: dict[int, LiveRequest] = {}
-        self._loaded_jobs: dict[int, TransferJob] = {}
+        self._loads_in_flight: dict[int, _LoadInFlight] = {}  # load job id ->
         self._aborts: dict[int, list[str]] = {}  # step -> requests to abort then
-        self._store_chunks_written_at: dict[int, list[int]] = {}  # store job -> written step per chunk
-        self._open_stores: dict[int, TransferJob] = {}  # built, completion not reported yet
+        self._open_stores: dict[int, _OpenStore] = {}  # store job id -> (built, completion unprocessed)
         self._chunk_written_at: dict[tuple[str, int], int] = {}
         self._pending_output: _StepOutput | None = None
         self._step = 0
@@ -514,7 +524,7 @@ class Engine:
         not_copied = [job for job in plan.store_jobs if job.job_id not in submitted]
         in_handler = self.handler.pending_store_job_ids()
         if in_handler:
-            not_copied += [self._open_stores[job_id] for job_id in in_handler]
+            not_copied += [self._open_stores[job_id].job for job_id in in_handler]
         if not not_copied:
             return
         readers: dict[int, set[str]] = {}
@@ -552,14 +562,12 @@ class Engine:
 
     def _note_store_jobs(self, plan: StepPlan, step: int) -> None:
         for job in plan.store_jobs:
-            self._open_stores[job.job_id] = job
-            self._store_chunks_written_at[job.job_id] = [
-                self._chunk_written_at.get((job.req_id, chunk), step) for chunk in job.chunk_indices]
+            self._open_stores[job.job_id] = _OpenStore(job, [
+                self._chunk_written_at.get((job.req_id, chunk), step) for chunk in job.chunk_indices])
         for job in plan.load_jobs:
             live = self._live[job.req_id]
             live.load_job = job.job_id
-            self._load_owner[job.job_id] = live
-            self._loaded_jobs[job.job_id] = job
+            self._loads_in_flight[job.job_id] = _LoadInFlight(live, job)
         if self.trace:
             for job in plan.load_jobs + plan.store_jobs:
                 self.record.trace_events.append({"name": f"{job.kind.value} {job.job_id}", "ph": "i", "s": "t",
@@ -568,8 +576,8 @@ class Engine:
                                                           "flushed": job.job_id in plan.jobs_to_flush}})
 
     def _store_submitted(self, job: TransferJob) -> None:
-        for written in self._store_chunks_written_at.get(job.job_id, ()):
-            self.record.store_submit_delays.append(self._step - written)
+        self.record.store_submit_delays.extend(self._step - written
+                                               for written in self._open_stores[job.job_id].written_at)
 
     def _model_time(self, scheduled: Sequence[_Scheduled], plan: StepPlan) -> None:
         prefill = sum(item.num_tokens for item in scheduled if item.prefill)
@@ -577,8 +585,8 @@ class Engine:
         tpb = self.config.block_size
         loads = sum(len(job.gpu_block_ids) for job in plan.load_jobs) * tpb
         flushed = (self._open_stores.get(job_id) for job_id in plan.jobs_to_flush)  # this plan's and older
-        flushes = sum(len(job.gpu_block_ids) for job in flushed if job is not None) * tpb
-        self.record.scheduled_tokens += prefill + sum(item.num_tokens for item in scheduled if not item.prefill)
+        flushes = sum(len(store.job.gpu_block_ids) for store in flushed if store is not None) * tpb
+        self.record.scheduled_tokens += sum(item.num_tokens for item in scheduled)
         self.record.modeled_seconds += self.profile.step_seconds(prefill, decode, loads, flushes)
 
     # ---- update_from_output -----------------------------------------------------------------
@@ -615,7 +623,6 @@ class Engine:
         self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
         self.pool.free(live.blocks)
         live.blocks = []
-        live.finished_step = step
         del self._live[live.req_id]
         self._finished[live.req_id] = live
         self._finished_since_schedule.append(live.req_id)
@@ -627,19 +634,17 @@ class Engine:
         acks = [result for result in results for _ in range(workers)]
         self._timed(self.connector.update_connector_output, acks)
         for result in results:
-            if result.job_id in self._store_chunks_written_at:
-                del self._open_stores[result.job_id]
-                written = self._store_chunks_written_at.pop(result.job_id)
-                self.record.store_visible_delays.extend(step - w for w in written)
+            store = self._open_stores.pop(result.job_id, None)
+            if store is not None:
+                self.record.store_visible_delays.extend(step - written for written in store.written_at)
                 continue
-            live = self._load_owner.pop(result.job_id, None)
-            if live is None:
-                continue
-            self._load_landed(live, result.job_id, step)
+            load = self._loads_in_flight.pop(result.job_id, None)
+            if load is not None:
+                self._load_landed(load.live, load.job, step)
 
-    def _load_landed(self, live: LiveRequest, job_id: int, step: int) -> None:
+    def _load_landed(self, live: LiveRequest, job: TransferJob, step: int) -> None:
         """finished_recving: check every loaded slot, then let the request run after its hit."""
-        self._check_loaded_slots(live, job_id, step)
+        self._check_loaded_slots(live, job, step)
         live.load_job = None
         req = live.req
         if live.abort_requested:
@@ -651,8 +656,7 @@ class Engine:
         req.status = RequestStatus.WAITING
         self._commit(live, 0)
 
-    def _check_loaded_slots(self, live: LiveRequest, job_id: int, step: int) -> None:
-        job = self._loaded_jobs.pop(job_id)
+    def _check_loaded_slots(self, live: LiveRequest, job: TransferJob, step: int) -> None:
         bs, tpc = self.config.block_size, self.config.tokens_per_chunk
         start = job.chunk_indices[0] * tpc + job.skip_blocks * bs
         end = (job.chunk_indices[-1] + 1) * tpc

@@ -31,7 +31,6 @@ class LiveRequest:
     loaded: bool = False  # its load landed: the next schedule continues after it
     abort_requested: bool = False
     admitted: bool = False  # the first admission (for hit-rate metrics) happened
-    finished_step: int | None = None
 
     @classmethod
     def create(cls, spec: RequestSpec, block_size: int, arrival_step: int, fp_offset: int) -> "LiveRequest":
