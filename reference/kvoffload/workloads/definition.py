@@ -34,6 +34,7 @@ from kvoffload.workloads import mooncake, multi_turn, shared_prefix, sharegpt, s
 from kvoffload.workloads.distributions import Distribution, parse_distribution
 from kvoffload.workloads.registry import GENERATORS, GenerateContext, Generator, in_arrival_order
 from kvoffload.workloads.schema import TableReader, WorkloadError, fail
+from kvoffload.workloads.sizing import check_fit, longest, split_sizing
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -101,27 +102,21 @@ class AbortPlan:
 def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workload:
     """Read, override (``--set KEY=VALUE`` strings; ``seed`` reseeds the generator too), generate."""
     definition, source = _resolve(spec)
-    seed, engine = _apply_overrides(definition, overrides or {})
+    overrides, sizing = split_sizing(overrides or {})  # gpu_blocks=auto, cpu_chunks=64GiB / 50%
+    seed, engine = _apply_overrides(definition, overrides)
     ctx = GenerateContext(seed=seed, engine=engine, source=definition.display, base_dir=definition.base_dir)
+    early = getattr(definition.generator, "longest_request", None)
+    if early is not None and not sizing.gpu_auto:  # reject a trace that cannot fit before building it
+        check_fit(*early(ctx), engine, definition.display)
     requests = in_arrival_order(definition.generator.generate(ctx))
     if definition.aborts is not None:
         requests = definition.aborts.apply(requests, seed)
-    _check_fit(requests, engine, definition.display)
     if not requests:
         raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
+    engine = sizing.resolve(engine, requests)
+    check_fit(*longest(requests), engine, definition.display)
     return Workload(name=definition.name, description=definition.description, seed=seed, engine=engine,
                     requests=requests, source=source)
-
-
-def _check_fit(requests: tuple[RequestSpec, ...], engine: EngineConfig, display: str) -> None:
-    """Every request must fit the GPU pool on its own (vLLM rejects what exceeds max_model_len)."""
-    longest = max(requests, key=lambda spec: spec.num_prompt_tokens + spec.max_tokens)
-    tokens = longest.num_prompt_tokens + longest.max_tokens + engine.spec_tokens
-    needed = -(-tokens // engine.block_size) + 1  # + the null block
-    if engine.gpu_blocks < needed:
-        raise WorkloadError(f"{display}: key engine.gpu_blocks: expected at least {needed} (request "
-                            f"{longest.req_id} needs {needed - 1} blocks of {engine.block_size} tokens), "
-                            f"got {engine.gpu_blocks}")
 
 
 def list_workloads() -> list[tuple[str, str]]:

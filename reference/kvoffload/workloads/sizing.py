@@ -1,0 +1,128 @@
+"""Sizing the two KV tiers from the workload itself (``docs/performance.md``, "Sizing").
+
+Three ``--set`` forms need the requests before they mean a number, so they are taken out of the
+overrides first and resolved once the workload is generated:
+
+- ``gpu_blocks=auto``: the configured pool, grown to the minimum that fits the longest request
+  (its prompt, its output and the draft tokens of one step, in whole blocks, plus the null block).
+- ``cpu_chunks=<size>`` (``64GiB``, ``512MB``, ``1e9B``): as many chunks as that many bytes of
+  host memory hold, at the hardware profile's KV bytes per token (the modelled model's real KV
+  width, not the simulated ``slot_bytes``).
+- ``cpu_chunks=<share>%``: that share of the workload's distinct chunks (chained chunk hashes of
+  every request's prompt + output: what the tier would be asked to hold with no eviction).
+
+The fit check runs before generation where the generator can name its longest request cheaply
+(``longest_request(ctx) -> (req_id, tokens)``; the Mooncake loader reads only the lengths), so a
+trace that cannot fit is rejected in seconds, not after its tokens were built.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from kvoffload.core.types import cdiv
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.cost import profile as hardware_profile
+from kvoffload.engine.requests import RequestSpec
+from kvoffload.workloads.schema import WorkloadError
+
+AUTO = "auto"
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"(\d+(?:\.\d*)?(?:e\d+)?)\s*([kmgt]i?b|b)", re.IGNORECASE)
+_SHARE = re.compile(r"(\d+(?:\.\d*)?)\s*%")
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The workload-dependent settings of one load (none: every field at its default)."""
+
+    gpu_auto: bool = False
+    cpu_bytes: int | None = None
+    cpu_share: float | None = None  # in (0, 1]
+
+    @property
+    def needs_distinct_chunks(self) -> bool:
+        return self.cpu_share is not None
+
+    def resolve(self, engine: EngineConfig, requests: tuple[RequestSpec, ...]) -> EngineConfig:
+        """``engine`` with the deferred settings turned into numbers for these requests."""
+        changes = {}
+        if self.gpu_auto:
+            changes["gpu_blocks"] = max(engine.gpu_blocks, min_gpu_blocks(longest(requests)[1], engine))
+        if self.cpu_bytes is not None:
+            chunk_bytes = engine.tokens_per_chunk * hardware_profile(engine.profile).kv_bytes_per_token
+            chunks = self.cpu_bytes // chunk_bytes
+            if chunks < 1:
+                raise WorkloadError(f"--set cpu_chunks: {self.cpu_bytes} bytes hold no chunk of {chunk_bytes} "
+                                    f"bytes ({engine.tokens_per_chunk} tokens x {chunk_bytes // engine.tokens_per_chunk}"
+                                    f" bytes of KV per token, profile {engine.profile})")
+            changes["cpu_chunks"] = chunks
+        if self.cpu_share is not None:
+            changes["cpu_chunks"] = max(1, math.ceil(self.cpu_share * distinct_chunks(requests, engine)))
+        return engine.replace(**changes) if changes else engine
+
+
+def split_sizing(overrides: dict[str, str]) -> tuple[dict[str, str], Sizing]:
+    """Take the workload-dependent forms out of ``--set`` overrides; the rest pass through."""
+    rest = dict(overrides)
+    gpu_auto = False
+    cpu_bytes = cpu_share = None
+    if rest.get("gpu_blocks", "").strip().lower() == AUTO:
+        del rest["gpu_blocks"]
+        gpu_auto = True
+    text = rest.get("cpu_chunks", "").strip()
+    if text and not text.isdigit():
+        if size := _SIZE.fullmatch(text):
+            cpu_bytes = int(float(size.group(1)) * _UNITS[size.group(2).lower()])
+        elif share := _SHARE.fullmatch(text):
+            cpu_share = float(share.group(1)) / 100
+            if not 0 < cpu_share <= 1:
+                raise WorkloadError(f"--set cpu_chunks={text}: expected a share in (0%, 100%], got {text}")
+        else:
+            raise WorkloadError(f"--set cpu_chunks={text}: expected a chunk count (8192), a size (64GiB, 500MB) "
+                                f"or a share of the workload's distinct chunks (50%), got {text!r}")
+        del rest["cpu_chunks"]
+    return rest, Sizing(gpu_auto=gpu_auto, cpu_bytes=cpu_bytes, cpu_share=cpu_share)
+
+
+def min_gpu_blocks(sequence_tokens: int, engine: EngineConfig) -> int:
+    """GPU blocks one request of ``sequence_tokens`` (prompt + output) needs alone, null block included."""
+    return cdiv(sequence_tokens + engine.spec_tokens, engine.block_size) + 1
+
+
+def longest(requests: Iterable[RequestSpec]) -> tuple[str, int]:
+    """(req_id, prompt + output tokens) of the longest request (the first of equals)."""
+    spec = max(requests, key=lambda spec: spec.num_prompt_tokens + spec.max_tokens)
+    return spec.req_id, spec.num_prompt_tokens + spec.max_tokens
+
+
+def check_fit(req_id: str, sequence_tokens: int, engine: EngineConfig, display: str) -> None:
+    """One line naming the minimum pool if the longest request cannot fit (vLLM rejects what
+    exceeds max_model_len; the engine would otherwise wait forever for blocks)."""
+    needed = min_gpu_blocks(sequence_tokens, engine)
+    if engine.gpu_blocks < needed:
+        raise WorkloadError(f"{display}: key engine.gpu_blocks: expected at least {needed} (request {req_id} "
+                            f"needs {needed - 1} blocks of {engine.block_size} tokens; --set gpu_blocks=auto "
+                            f"sizes the pool), got {engine.gpu_blocks}")
+
+
+def distinct_chunks(requests: Iterable[RequestSpec], engine: EngineConfig) -> int:
+    """Distinct full chunks over every request's prompt + output (prompt only with
+    ``offload_prompt_only``), by chained chunk content.
+
+    A count, not a cache key: Python's tuple hash (64-bit) chained per chunk stands in for the
+    connector's block hashes; a collision would undercount by one chunk per 2**64 pairs.
+    """
+    size = engine.tokens_per_chunk
+    seen: set[int] = set()
+    for spec in requests:
+        tokens = spec.prompt_token_ids if engine.offload_prompt_only else spec.prompt_token_ids + spec.output_token_ids
+        parent = 0
+        for start in range(0, len(tokens) - size + 1, size):
+            parent = hash((parent, tokens[start : start + size]))
+            seen.add(parent)
+    return len(seen)
