@@ -34,6 +34,10 @@ class ArrivalFeed:
         """Requests still to arrive (follow-ups count once their parent finished)."""
         return bool(self._arrivals)
 
+    def next_arrival_step(self) -> int | None:
+        """The step of the next arrival already known (follow-ups join once their parent finished)."""
+        return self._arrivals[0][0] if self._arrivals else None
+
     def arrivals(self, step: int) -> list[RequestSpec]:
         """The requests arriving at ``step``, in order; their scripted aborts are scheduled."""
         arrived = []
