@@ -136,3 +136,18 @@ def test_equal_chunks_after_different_prefixes_are_different_chunks():
     # a: [20 21] [20 21|30 31]; b: [22 23] [22 23|30 31]; c repeats a's two and adds [..|40 41]
     assert distinct_chunks([a, b, c], engine) == 5
     assert distinct_chunks([a, b, c], engine.replace(offload_prompt_only=True)) == 4
+
+
+def test_a_trace_is_generated_with_the_auto_sized_pool_already_in_place(tmp_path, monkeypatch):
+    """Generation sees the final pool (a generator may bound lengths by it while it builds)."""
+    trace = write_trace(tmp_path / "t.jsonl", [(100_000, 200)])
+    seen = []
+    generate = MooncakeTrace.generate
+
+    def spy(self, ctx):
+        seen.append(ctx.engine.gpu_blocks)
+        return generate(self, ctx)
+
+    monkeypatch.setattr(MooncakeTrace, "generate", spy)
+    load_workload(f"mooncake:{trace}", {"gpu_blocks": "auto"})
+    assert seen == [6264]

@@ -106,8 +106,9 @@ def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workloa
     seed, engine = _apply_overrides(definition, overrides)
     ctx = GenerateContext(seed=seed, engine=engine, source=definition.display, base_dir=definition.base_dir)
     early = getattr(definition.generator, "longest_request", None)
-    if early is not None and not sizing.gpu_auto:  # reject a trace that cannot fit before building it
-        check_fit(*early(ctx), engine, definition.display)
+    if early is not None:  # a trace's lengths alone: size or reject it before building its tokens
+        engine = sizing.resolve_gpu_blocks(engine, *early(ctx), definition.display)
+        ctx = dataclasses.replace(ctx, engine=engine)
     requests = in_arrival_order(definition.generator.generate(ctx))
     if definition.aborts is not None:
         requests = definition.aborts.apply(requests, seed)

@@ -64,12 +64,13 @@ class MooncakeTrace:
         path = ctx.base_dir / self.path
         lines = read_mooncake_trace(path, display=str(path), limit=self.max_requests)
         line = max(lines, key=lambda line: line.input_length + line.output_length)
-        return _req_id(line, lines), line.input_length + line.output_length
+        return f"mc-{line.line:0{len(str(lines[-1].line))}d}", line.input_length + line.output_length
 
     def generate(self, ctx: GenerateContext) -> list[RequestSpec]:
         path = ctx.base_dir / self.path
         lines = read_mooncake_trace(path, display=str(path), limit=self.max_requests)
         first_ms = min(line.timestamp_ms for line in lines)
+        width = len(str(lines[-1].line))
         block_cache: dict[int, tuple[int, ...]] = {}
         output_rng = random.Random(f"mooncake-outputs/{ctx.seed}")
         requests = []
@@ -77,7 +78,7 @@ class MooncakeTrace:
             blocks = [_block_tokens(block_cache, ctx.seed, hash_id) for hash_id in line.hash_ids]
             prompt = tuple(chain.from_iterable(blocks))
             requests.append(RequestSpec(
-                req_id=_req_id(line, lines),
+                req_id=f"mc-{line.line:0{width}d}",
                 prompt_token_ids=prompt[: line.input_length],
                 output_token_ids=random_tokens(output_rng, line.output_length),
                 stop="length",
@@ -85,10 +86,6 @@ class MooncakeTrace:
             ))
         requests.sort(key=lambda spec: spec.arrival_step)
         return requests
-
-
-def _req_id(line: TraceLine, lines: list[TraceLine]) -> str:
-    return f"mc-{line.line:0{len(str(lines[-1].line))}d}"
 
 
 def _block_tokens(cache: dict[int, tuple[int, ...]], seed: int, hash_id: int) -> tuple[int, ...]:

@@ -48,6 +48,14 @@ class Sizing:
     def needs_distinct_chunks(self) -> bool:
         return self.cpu_share is not None
 
+    def resolve_gpu_blocks(self, engine: EngineConfig, req_id: str, sequence_tokens: int,
+                           display: str) -> EngineConfig:
+        """Before generation, from the longest request alone: ``auto`` sized, else checked."""
+        if self.gpu_auto:
+            return engine.replace(gpu_blocks=max(engine.gpu_blocks, min_gpu_blocks(sequence_tokens, engine)))
+        check_fit(req_id, sequence_tokens, engine, display)
+        return engine
+
     def resolve(self, engine: EngineConfig, requests: tuple[RequestSpec, ...]) -> EngineConfig:
         """``engine`` with the deferred settings turned into numbers for these requests."""
         changes = {}
