@@ -89,7 +89,7 @@ class Engine:
         self.connector.manager.raise_on_violation = strict
         self.pool = BlockPool(config.gpu_blocks, bs)
         self.scheduler = SchedulerModel(config, self.pool, self.connector, self.observer,
-                                        on_finished=lambda live, step: self.feed.parent_finished(live.req_id, step))
+                                        on_finished=self._finished)
         self._reset_at = set(reset_cache_at)
         self._pending_output: StepOutput | None = None  # async: the step whose output is unprocessed
         self._step = 0
@@ -199,10 +199,14 @@ class Engine:
 
     def _arrive(self, step: int) -> None:
         for spec in self.feed.arrivals(step):
-            live = LiveRequest.create(spec, self.config.block_size, step, self.oracle.offset_of(spec.req_id))
+            live = LiveRequest.create(spec, self.config.block_size, step)
             self.oracle.register(live)
             self.observer.arrived(live)
             self.scheduler.add(live)
+
+    def _finished(self, live: LiveRequest, step: int) -> None:
+        self.oracle.release(live)
+        self.feed.parent_finished(live.req_id, step)
 
     def _update_from_output(self, output: StepOutput) -> None:
         self.scheduler.update_from_output(output)
