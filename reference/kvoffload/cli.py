@@ -27,7 +27,7 @@ from kvoffload.workloads import (
 )
 
 BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
-BENCH_CONNECTORS = (None, "vllm-0.25", "vllm-0.26", "vllm-0.29", "vllm-0.30")
+BENCH_CONNECTORS = (None, *PRESETS)  # the reference, then every preset in release order
 # The metrics of the one-screen comparison (bench) and of a run's table, in order.
 TABLE_METRICS = (
     "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
