@@ -119,6 +119,22 @@ class TestRecency:
         assert victims == [{"X": x, "Y": y}[evicted]]
 
 
+    @pytest.mark.parametrize("finished, evicted", [(False, "X"), (True, "Y")])
+    def test_from_0_31_a_request_reranks_what_it_stored_when_it_finishes(self, script, finished, evicted):
+        s = script(cpu_chunks=2)
+        a = s.add("A", [1, 1, 1, 1, 5])
+        s.admit(a, [1, 2])
+        s.complete(*[j.job_id for j in s.step(scheduled={"A": 5}, new_blocks={"A": [1, 2]}).store_jobs])
+        x = a.block_hashes[0]  # stored by A while it runs: ranked then, not since
+        y = _store_prefix(s, "Q", [2, 2, 2, 2], [3]).block_hashes[0]
+        if finished:
+            s.sample("A", EOS)
+            s.finish("A")
+            s.step(finished=["A"])
+        victims = _evicted_by_one_more_store(s, [8, 8, 8, 8], 5)
+        assert victims == [{"X": x, "Y": y}[evicted]]
+
+
 class TestManagerRecency:
     def keys(self, *names):
         return [name.encode() for name in names]

@@ -40,6 +40,8 @@ class StorePlanner:
         # recent end. From 0.31 the manager ranks on its own; the connector never touches.
         self._touch_on_access = manager.recency is Recency.TOUCH_ON_ACCESS
         self._cursor_monotonic = fixes.rules.store_cursor_monotonic
+        self._bpc, self._tpc = config.blocks_per_chunk, config.tokens_per_chunk  # read per store
+        self._prompt_only = config.offload_prompt_only
 
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
@@ -69,13 +71,12 @@ class StorePlanner:
                        flush: set[JobId], jobs: list[TransferJob]) -> None:
         """Offer the request's chunks from its cursor up to its watermark to the manager; on
         success append the store job (and flush it if its blocks were just handed out)."""
-        fixes = self.fixes
-        bpc, tpc = self.config.blocks_per_chunk, self.config.tokens_per_chunk
+        bpc, tpc = self._bpc, self._tpc
         req = state.req
         req_id = req.req_id
         start = state.next_stored_chunk
         finished = req.status.is_finished
-        if finished or self.config.offload_prompt_only:
+        if finished or self._prompt_only:
             num_chunks = self._offloadable_tokens(req, num_scheduled) // tpc
         else:  # running: min(computed + scheduled, num_tokens), inlined for the decode step
             num_chunks = min(req.num_computed_tokens + num_scheduled, len(req.all_token_ids)) // tpc
@@ -89,7 +90,7 @@ class StorePlanner:
         if (len(offload_keys) + 1) * bpc <= len(req.block_hashes):
             state.refresh_keys(bpc)
         block_ids = state.block_ids
-        if fixes.storable_within_allocated:
+        if self.fixes.storable_within_allocated:
             num_chunks = min(num_chunks, len(block_ids) // bpc, len(offload_keys))
             if num_chunks <= start:
                 return
