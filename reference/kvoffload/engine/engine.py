@@ -109,7 +109,7 @@ class Engine:
                     self.record.stuck_requests = tuple(self.scheduler.live)
                     break
                 if self._idle_steps >= STUCK_AFTER_STEPS:
-                    self.record.stuck_requests = tuple(live.req_id for live in self.scheduler.waiting)
+                    self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding, *self.scheduler.waiting))
                     break
                 if self.skip_idle and self._skip_idle_gap():
                     continue
@@ -191,7 +191,7 @@ class Engine:
                 self._update_from_output(self._pending_output)
             self._pending_output = output if scheduled or results else None
         busy = scheduled or plan.load_jobs or plan.store_jobs or results or self.feed.has_pending()
-        self._idle_steps = 0 if busy or not scheduler.waiting else self._idle_steps + 1
+        self._idle_steps = 0 if busy or not (scheduler.waiting or scheduler.kv_holding) else self._idle_steps + 1
         if self.check_invariants:
             self._check_invariants()
         self._step += 1
