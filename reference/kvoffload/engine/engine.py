@@ -139,7 +139,8 @@ class Engine:
         costs the modelled step overhead, which the observer charges for the whole gap."""
         next_arrival = self.feed.next_arrival_step()
         if (next_arrival is None or next_arrival <= self._step + 1 or self.scheduler.live
-                or self.scheduler.finished_since_schedule or self._pending_output is not None
+                or self.scheduler.finished_since_schedule or self.scheduler.deferred_frees
+                or self._pending_output is not None
                 or self.connector.has_pending_work() or self.worker.has_unsubmitted_stores()):
             return False
         target = min([next_arrival] + [step for step in self._reset_at if step > self._step]
