@@ -7,6 +7,8 @@ or back (load), through the threaded handler (submit, background copy, completio
 through the stepped handler. The plain copy moves exactly those bytes as one strided torch
 ``copy_`` with torch's default thread count. Samples alternate ABBA; medians per repetition.
 Throughput ratio = plain seconds / handler seconds (1.0 = as fast as the plain copy).
+With ``--connector-meta``, each repetition also times ``build_connector_meta`` at 256 decoding
+requests and ``blocks_per_chunk`` 1 (``benchmarks/bench_connector.py``), in the same run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import argparse
 import itertools
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -72,6 +76,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=31)
     parser.add_argument("--in-flight", type=int, default=1,
                         help="jobs submitted before waiting (the threaded handler's throughput, not its latency)")
+    parser.add_argument("--connector-meta", action="store_true")
     args = parser.parse_args()
     print(f"torch threads {torch.get_num_threads()}  OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}  "
           f"load {os.getloadavg()[0]:.2f}  jobs in flight {args.in_flight}")
@@ -84,6 +89,17 @@ def main() -> None:
         print(f"{handler_kind:8} {direction:5} {mib:.0f} MiB/wait  handler {mib / 1024 / handler_s:5.2f} GiB/s  "
               f"plain {mib / 1024 / plain_s:5.2f} GiB/s  ratio per repeat "
               + " ".join(f"{r:.3f}" for r in ratios))
+    if args.connector_meta:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+        from bench_connector import BuildConnectorMeta
+
+        runs = []
+        for _ in range(args.repeats):
+            bench = BuildConnectorMeta()
+            bench.setup(1)
+            runs.append(bench.track_us_per_step(1))
+            bench.teardown(1)
+        print("build_connector_meta bpc 1, 256 requests: " + " ".join(f"{us:.0f}" for us in runs) + " us/step")
 
 
 if __name__ == "__main__":
