@@ -1,8 +1,9 @@
-"""Memory follows what is live: the KV oracle holds fingerprints of live requests only.
+"""Memory follows what is live: fingerprints and finished requests are not kept for the run.
 
 Fingerprints (8 bytes per scripted token) are made when a request arrives and dropped when it
 finishes; a whole-workload arena would grow with the trace (1.2 GB for Mooncake's conversation
-trace). Checked at every step of replays that finish, abort and preempt requests.
+trace). A finished request (its token list and block hashes) is kept only while follow-ups will
+read it as their parent. Checked at every step of replays that finish, abort and preempt.
 """
 
 from __future__ import annotations
@@ -33,3 +34,5 @@ def test_fingerprints_are_held_exactly_while_a_request_lives(name, settings):
     assert all(held == live for held, live in held_vs_live)
     assert max(live for _, live in held_vs_live) > 1
     assert engine.oracle.num_fingerprinted() == 0
+    assert set(engine.scheduler.finished) == {spec.parent for spec in workload.requests if spec.parent}
+    assert record.finished_requests == len(workload.requests)

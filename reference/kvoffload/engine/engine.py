@@ -115,7 +115,7 @@ class Engine:
                     continue
                 self._one_step()
                 if self.on_step is not None:
-                    self.on_step(self._step, len(self.scheduler.finished))
+                    self.on_step(self._step, self.record.finished_requests)
             if self._pending_output is not None:
                 self._update_from_output(self._pending_output)
                 self._pending_output = None
@@ -150,7 +150,7 @@ class Engine:
         self.observer.idle_steps(target - self._step)
         self._step = self.record.steps = target
         if self.on_step is not None:
-            self.on_step(self._step, len(self.scheduler.finished))
+            self.on_step(self._step, self.record.finished_requests)
         return True
 
     def _one_step(self) -> None:
@@ -206,7 +206,11 @@ class Engine:
             self.scheduler.add(live)
 
     def _finished(self, live: LiveRequest, step: int) -> None:
+        """Memory follows what is live: a finished request's fingerprints go, and so does the
+        request itself unless follow-ups will read it as their parent (continuation metrics)."""
         self.oracle.release(live)
+        if not self.feed.has_follow_ups(live.req_id):
+            self.scheduler.finished.pop(live.req_id, None)
         self.feed.parent_finished(live.req_id, step)
 
     def _update_from_output(self, output: StepOutput) -> None:

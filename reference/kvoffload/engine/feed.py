@@ -52,6 +52,10 @@ class ArrivalFeed:
     def aborts(self, step: int) -> list[str]:
         return self._aborts.pop(step, [])
 
+    def has_follow_ups(self, req_id: str) -> bool:
+        """Whether follow-ups still wait for ``req_id`` to finish."""
+        return req_id in self._children
+
     def parent_finished(self, parent_id: str, step: int) -> None:
         """Queue the follow-ups of a finished request: each arrives after its think time."""
         for child in self._children.pop(parent_id, ()):
