@@ -23,6 +23,10 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("leaked_requests", "zero", "requests the connector still tracks after the drain"),
     ("stuck_requests", "zero", "requests never scheduled again (no progress for 200 steps)"),
     ("crashes", "zero", "1 if the connector died (assert, KeyError); the run stops there"),
+    ("livelock", "zero", "1 if the progress watchdog stopped the run: no request finished and no "
+     "position was computed past its earlier high-water mark for the watchdog window (docs/engine.md)"),
+    ("invariant_violations", "zero", "failed invariant checks of the block pool and the connector "
+     "(the result's invariant_violations lists the first few with step and rule)"),
     ("fence_violations", "zero", "GPU blocks written for another request before a pending store copied them"),
     ("store_submit_delay_steps_p50", "lower", "steps from a chunk's KV fully written to its store's submission"),
     ("store_submit_delay_steps_p99", "lower", ""),
@@ -70,6 +74,8 @@ def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
         "leaked_requests": len(record.leaked_requests),
         "stuck_requests": len(record.stuck_requests),
         "crashes": int(record.crash is not None),
+        "livelock": int(record.livelock is not None),
+        "invariant_violations": record.invariant_violation_count,
         "fence_violations": len(record.fence_violations),
         "store_submit_delay_steps_p50": percentile(record.store_submit_delays, 50),
         "store_submit_delay_steps_p99": percentile(record.store_submit_delays, 99),

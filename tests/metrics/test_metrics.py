@@ -13,18 +13,21 @@ from kvoffload.metrics import compute_metrics, percentile
 TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
 
 
-def conversation():
+def conversation(filler: bool = False):
     """Turn 1: prompt 6 + 3 length-capped outputs = 9 tokens; its last written position, 7,
-    closes chunk 1. Turn 2 resends all 9 tokens plus 4 new ones."""
+    closes chunk 1. Turn 2 resends all 9 tokens plus 4 new ones. With ``filler``, a 30-block
+    prompt between them evicts turn 1's chunk-1 block from the GPU prefix cache (vLLM caches it
+    at turn 1's last output), so only the offload tier can serve it."""
     first = RequestSpec("t1", tuple(range(10, 16)), (20, 21, 22), stop="length")
+    evictor = RequestSpec("f", tuple(range(1000, 1120)), (50,), stop="length", parent="t1", think_steps=0)
     second = RequestSpec("t2", first.prompt_token_ids + first.output_token_ids + (30, 31, 32, 33), (40, 41),
                          parent="t1", think_steps=2)
-    return [first, second]
+    return [first, evictor, second] if filler else [first, second]
 
 
 @pytest.mark.parametrize("fixes, expected", [(Fixes(), 1.0), (Fixes().without("last_block_at_finish"), 0.0)])
 def test_last_block_hit_rate_of_a_two_turn_conversation(fixes, expected):
-    metrics = compute_metrics(replay(conversation(), TINY.replace(scheduling="async"), fixes))
+    metrics = compute_metrics(replay(conversation(filler=True), TINY.replace(scheduling="async"), fixes))
     assert metrics["last_block_eligible"] == 1
     assert metrics["last_block_hit_rate"] == expected
 
@@ -46,11 +49,11 @@ def test_store_delays_known_by_construction():
 def test_hit_rates_and_counts():
     metrics = compute_metrics(replay(conversation(), TINY.replace(scheduling="async"), Fixes()))
     assert (metrics["requests"], metrics["prompt_tokens"], metrics["output_tokens"]) == (2, 6 + 13, 5)
-    # Turn 1 asks the connector for its one full chunk (4 tokens, a miss). Turn 2 finds chunk 0
-    # in the GPU cache and asks for chunks 1 and 2 (8 tokens): chunk 1 hits, chunk 2 (positions
-    # 8-11) was never written.
-    assert metrics["gpu_hit_rate"] == pytest.approx(4 / (6 + 13))
-    assert metrics["offload_hit_rate"] == pytest.approx(4 / (4 + 8))
+    # Turn 1 asks the connector for its one full chunk (4 tokens, a miss). Turn 2 finds chunks 0
+    # and 1 in the GPU cache (vLLM caches turn 1's blocks at its last output) and asks for
+    # chunk 2 (4 tokens): positions 8-11 were never written, a miss.
+    assert metrics["gpu_hit_rate"] == pytest.approx(8 / (6 + 13))
+    assert metrics["offload_hit_rate"] == pytest.approx(0 / (4 + 4))
     assert metrics["poisoned_loads"] == metrics["crashes"] == metrics["leaked_requests"] == 0
 
 
