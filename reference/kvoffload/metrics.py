@@ -16,7 +16,10 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("last_block_hit_rate", "higher", "continuations whose parent's last fully-written chunk (below "
      "num_tokens - 1) was not in the GPU prefix cache at admission: share the connector served"),
     ("last_block_eligible", "info", "number of such continuations"),
-    ("offload_hit_rate", "higher", "connector hit tokens / tokens queried from the connector"),
+    ("offload_hit_rate", "higher", "per admission (first or after a preemption, each once): tokens the "
+     "connector supplied / tokens asked (prompt beyond the GPU prefix hit)"),
+    ("repeated_lookups", "info", "connector lookups answered without an admission (the request was "
+     "looked up again later)"),
     ("gpu_hit_rate", "higher", "GPU prefix-cache hit tokens / prompt tokens (first admissions)"),
     ("poisoned_loads", "zero", "loaded chunks that fail the KV content oracle"),
     ("lifecycle_violations", "zero", "manager calls out of lifecycle order (strict mode)"),
@@ -57,13 +60,13 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 
 def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
-    stats = record.connector_stats
     eligible = [c for c in record.continuations if c.eligible]
     copy_seconds = record.store_seconds + record.load_seconds
     values: dict[str, float | int | None] = {
         "last_block_hit_rate": _ratio(sum(c.served for c in eligible), len(eligible)),
         "last_block_eligible": len(eligible),
-        "offload_hit_rate": _ratio(stats.get("hit_tokens", 0), stats.get("queried_tokens", 0)),
+        "offload_hit_rate": _ratio(record.admission_hit_tokens, record.admission_asked_tokens),
+        "repeated_lookups": record.connector_lookups - record.admissions,
         "gpu_hit_rate": _ratio(record.gpu_hit_tokens, record.admitted_prompt_tokens),
         "poisoned_loads": len(record.poisoned),
         "lifecycle_violations": record.lifecycle_violations,

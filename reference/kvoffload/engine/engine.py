@@ -376,6 +376,8 @@ class Engine:
                 if hits is None:  # the connector asks to be asked again
                     skipped.append(live)
                     continue
+                self.record.connector_lookups += 1
+                self.record.connector_lookup_tokens += req.num_tokens - num_local
                 count = 0 if hits else min(req.num_tokens - num_local, budget)
                 # A load gets blocks for its whole prompt at once, so that once it lands it can
                 # run without asking for more (a request holding blocks must be able to finish).
@@ -437,10 +439,13 @@ class Engine:
         self.record.preemptions += 1
 
     def _note_admission(self, live: LiveRequest, num_local: int, hits: int) -> None:
+        record = self.record
+        record.admissions += 1
+        record.admission_asked_tokens += live.req.num_tokens - num_local
+        record.admission_hit_tokens += hits
         if live.admitted:
             return
         live.admitted = True
-        record = self.record
         record.gpu_hit_tokens += num_local
         record.admitted_prompt_tokens += live.req.num_tokens
         record.connector_hit_tokens_admitted += hits
