@@ -85,7 +85,7 @@ class TestValidation:
         ({"dist": "lognormal", "mean": 0, "sigma": 1}, "w.toml: key generator.x.mean: expected a finite number > 0 and <= 2,147,483,647, got 0"),
         ({"dist": "lognormal", "mean": 5, "sigma": -1},
          "w.toml: key generator.x.sigma: expected a finite number within [0, 1e+150], got -1"),
-        ({"dist": "zipf", "alpha": 1}, "w.toml: key generator.x.alpha: expected a finite number > 1, got 1"),
+        ({"dist": "zipf", "alpha": 1}, "w.toml: key generator.x.alpha: expected a finite number > 1 and <= 1,000, got 1"),
         ({"dist": "poisson", "mean": 5, "lambda": 3}, "w.toml: key generator.x.lambda: unknown key"),
         ({"dist": "poisson", "mean": True}, "w.toml: key generator.x.mean: expected a finite number within [0, 2,147,483,647], got True"),
     ])

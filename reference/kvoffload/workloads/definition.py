@@ -40,7 +40,7 @@ from kvoffload.workloads.registry import (
     estimated_arrival_steps,
     in_arrival_order,
 )
-from kvoffload.workloads.schema import TableReader, WorkloadError, fail
+from kvoffload.workloads.schema import TableReader, WorkloadError, fail, require_regular_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -185,10 +185,9 @@ def _trace_definition(kind: str, file: str) -> _Definition:
 
 
 def _read_definition(path: Path, *, display: str) -> _Definition:
+    require_regular_file(path, display, "a workload definition .toml")
     try:
         text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise WorkloadError(f"{display}: no such file (expected a workload definition .toml)") from None
     except UnicodeDecodeError:
         raise WorkloadError(f"{display}: expected UTF-8 TOML text, got undecodable bytes") from None
     except OSError as exc:

@@ -152,8 +152,10 @@ def _parse_lognormal(table: TableReader, floor: int, ceiling: int) -> Distributi
 
 
 def _parse_zipf(table: TableReader, floor: int, ceiling: int) -> Distribution:
-    alpha = table.number("alpha", above=1.0)
-    if not 2.0 ** (alpha - 1.0) > 1.0:  # Devroye's method divides by 2**(alpha - 1) - 1
+    # Devroye's method computes 2**(alpha - 1) (finite up to alpha 1024; beyond ~64 every draw
+    # is 1 anyway) and divides by 2**(alpha - 1) - 1 (zero in floating point just above 1).
+    alpha = table.number("alpha", above=1.0, maximum=1000.0)
+    if not 2.0 ** (alpha - 1.0) > 1.0:
         table.fail("alpha", "a number far enough above 1 that 2**(alpha - 1) > 1 in floating point", alpha)
     low, high = _bounds(table, floor, ceiling)
     return Distribution("zipf", low=low, high=high, alpha=alpha)

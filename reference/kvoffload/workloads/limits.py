@@ -72,7 +72,7 @@ def physical_memory() -> int | None:
 
 
 def _gib(size: int) -> str:
-    return f"{size / 2**30:,.1f} GiB"
+    return f"{size / 2**30:,.1f} GiB" if size < 2**100 else "more than 2**70 GiB"
 
 
 class Budget:

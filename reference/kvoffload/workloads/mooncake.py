@@ -32,7 +32,15 @@ from typing import Any
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, json_depth_at_most
 from kvoffload.workloads.registry import GenerateContext, register
-from kvoffload.workloads.schema import TableReader, WorkloadError, fail, is_int, is_number, json_problem
+from kvoffload.workloads.schema import (
+    TableReader,
+    WorkloadError,
+    fail,
+    is_int,
+    is_number,
+    json_problem,
+    require_regular_file,
+)
 from kvoffload.workloads.tokens import random_tokens
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -104,10 +112,9 @@ def _block_tokens(cache: dict[int, tuple[int, ...]], seed: int, hash_id: int) ->
 
 def read_mooncake_trace(path: Path, *, display: str, limit: int | None = None) -> list[TraceLine]:
     """Parse and validate a Mooncake JSONL trace; ``display`` names the file in messages."""
+    require_regular_file(path, display, "a Mooncake JSONL trace")
     try:
         handle = path.open("rb")
-    except FileNotFoundError:
-        raise WorkloadError(f"{display}: no such file (expected a Mooncake JSONL trace)") from None
     except OSError as exc:
         raise WorkloadError(f"{display}: cannot read the file ({exc.strerror})") from None
     lines: list[TraceLine] = []

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
+from pathlib import Path
 from typing import Any, Mapping, NoReturn, Sequence
 
 _REQUIRED: Any = object()
@@ -41,6 +44,20 @@ def show(value: object) -> str:
         return "a table" if value else "an empty table"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def require_regular_file(path: Path, display: str, expected: str) -> None:
+    """A missing input, a folder, a FIFO or a device is an error before anything opens it: reading
+    a FIFO waits for a writer forever, and /dev/zero never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise WorkloadError(f"{display}: no such file (expected {expected})") from None
+    except OSError as exc:
+        raise WorkloadError(f"{display}: cannot read the file ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise WorkloadError(f"{display}: expected {expected}, got {kind}")
 
 
 def is_int(value: object) -> bool:

@@ -35,7 +35,7 @@ from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.distributions import Distribution, parse_distribution, poisson
 from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, json_depth_at_most
 from kvoffload.workloads.registry import GenerateContext, register
-from kvoffload.workloads.schema import TableReader, WorkloadError, fail, json_problem, show
+from kvoffload.workloads.schema import TableReader, WorkloadError, fail, json_problem, require_regular_file, show
 from kvoffload.workloads.tokens import ASSISTANT_ID, EOS_ID, USER_ID, StandInTokenizer
 
 USER_ROLES = frozenset({"human", "user"})
@@ -115,12 +115,9 @@ def read_records(path: Path, *, display: str) -> list[Any]:
     The file is checked first (UTF-8 text, nested at most ``MAX_JSON_DEPTH`` deep): pyarrow's
     JSON reader behind ``datasets`` crashes the whole process on deeply nested input, and logs
     its own lines about undecodable files."""
+    require_regular_file(path, display, "a ShareGPT JSON file")
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
-        raise WorkloadError(f"{display}: no such file (expected a ShareGPT JSON file)") from None
-    except IsADirectoryError:
-        raise WorkloadError(f"{display}: is a directory (expected a ShareGPT JSON file)") from None
     except OSError as exc:
         raise WorkloadError(f"{display}: cannot read the file ({exc.strerror})") from None
     try:
@@ -130,8 +127,11 @@ def read_records(path: Path, *, display: str) -> list[Any]:
         raise WorkloadError(f"{display}: line {line}: expected UTF-8 JSON text, got undecodable bytes") from None
     if not json_depth_at_most(data):
         raise WorkloadError(f"{display}: expected ShareGPT records, got JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    if not path.is_file():  # a FIFO or a device: datasets would read it again
-        raise WorkloadError(f"{display}: expected a regular file (a ShareGPT JSON file)")
+    first = data.lstrip()[:1]
+    if first not in (b"[", b"{"):  # pyarrow's reader crashes the process on a bare `null`
+        shown = repr(data.lstrip()[:20].decode("utf-8")) if first else "an empty file"
+        raise WorkloadError(f"{display}: expected a JSON array of conversation records or one record per line, "
+                            f"got {shown}")
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
     import datasets  # heavy (about a second): imported only when a ShareGPT file is read
