@@ -22,14 +22,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-# kvoffload is imported inside the functions that replay: asv starts a fresh process for every
-# benchmark and parameter, and a track_ process only reads the cached metrics (no torch import).
+# The preset list is pure Python (no torch). The rest of kvoffload is imported inside the
+# functions that replay: asv starts a fresh process for every benchmark and parameter, and a
+# track_ process only reads the cached metrics (no torch import).
+from kvoffload.core.fixes import PRESETS
 
 # The suite reads workload definitions from this checkout: asv may run the package from a wheel,
 # which does not carry the repository's workloads/ folder.
 WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 
-CONNECTORS = ["reference", "vllm-0.25", "vllm-0.26", "vllm-0.29"]
+CONNECTORS = ["reference", *PRESETS]  # the reference, then every vLLM preset (core/fixes.py)
 
 
 def workload_spec(name: str) -> str:

@@ -9,13 +9,14 @@ from pathlib import Path
 from kvoffload.cli.flags import Once, OnceTrue
 from kvoffload.cli.outputs import check_output_dir, check_output_file
 from kvoffload.cli.run import replay, slug
+from kvoffload.core.fixes import PRESETS
 from kvoffload.metrics import format_value
 from kvoffload.results import write_atomic
 from kvoffload.runner import ConnectorChoice
 from kvoffload.workloads import load_workload
 
 BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
-BENCH_CONNECTORS = (None, "vllm-0.25", "vllm-0.26", "vllm-0.29", "vllm-0.30")
+BENCH_CONNECTORS = (None, *PRESETS)  # the reference, then every preset in release order
 # The metrics of the one-screen comparison, in order, with their column headings.
 TABLE_METRICS = (
     "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
