@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,16 +43,17 @@ def test_a_trace_that_cannot_fit_is_rejected_before_its_tokens_are_built(tmp_pat
     monkeypatch.setattr(MooncakeTrace, "generate", must_not_run)
     with pytest.raises(WorkloadError) as error:
         load_workload(f"mooncake:{trace}", {"gpu_blocks": "100"})
-    # 5120 tokens in 16-token blocks = 320 blocks + the null block; the second line is request mc-2
+    # 5120 tokens in 16-token blocks = 320 blocks + the null block; 99 blocks hold 1584 tokens
     assert str(error.value) == (
-        f"{trace}: key engine.gpu_blocks: expected at least 321 (request mc-2 needs 320 blocks of 16 "
-        "tokens; --set gpu_blocks=auto sizes the pool), got 100")
+        f"{trace}: line 2: expected prompt + output within max_model_len 1,584 ((gpu_blocks - 1) x "
+        "block_size - spec_tokens), got 5,000 + 120 tokens; it needs gpu_blocks >= 321 (--set gpu_blocks=auto "
+        "sizes the pool)")
 
 
 def test_gpu_blocks_auto_grows_the_pool_to_the_minimum_that_fits_and_the_replay_finishes(tmp_path):
     """The trace default pool is 6144 blocks; a 100,000-token prompt needs 6264 (with its answer)."""
     trace = write_trace(tmp_path / "t.jsonl", [(600, 10), (100_000, 200), (900, 5)])
-    with pytest.raises(WorkloadError, match="expected at least 6264 "):
+    with pytest.raises(WorkloadError, match="it needs gpu_blocks >= 6,264 "):
         load_workload(f"mooncake:{trace}")
     workload = load_workload(f"mooncake:{trace}", {"gpu_blocks": "auto", "max_num_seqs": "4"})
     assert workload.engine.gpu_blocks == 6264
@@ -65,10 +67,18 @@ def test_gpu_blocks_auto_keeps_a_configured_pool_that_already_fits():
     assert load_workload("multi-turn-small", {"gpu_blocks": "auto"}).engine == configured.engine
 
 
-def test_the_bundled_fit_check_still_rejects_after_generation():
-    """Generators without a cheap longest_request are checked once their requests exist."""
-    with pytest.raises(WorkloadError, match=r"key engine.gpu_blocks: expected at least \d+ .* got 8$"):
-        load_workload("multi-turn-small", {"gpu_blocks": "8"})
+def test_a_synthetic_workload_is_rejected_while_generated_and_auto_sizes_it_afterwards(tmp_path):
+    """Generators without a cheap longest_request: the length bound applies as they generate, and
+    gpu_blocks=auto lifts it until the requests exist to size the pool."""
+    bundled = Path(__file__).resolve().parents[2] / "workloads" / "multi-turn-small.toml"
+    text = bundled.read_text()
+    tiny = tmp_path / "tiny-pool.toml"
+    tiny.write_text(re.sub(r"(?m)^gpu_blocks = \d+", "gpu_blocks = 8", text))
+    with pytest.raises(WorkloadError, match=r"request c0-t01: expected prompt \+ output within max_model_len"):
+        load_workload(str(tiny))
+    workload = load_workload(str(tiny), {"gpu_blocks": "auto"})
+    longest = max(spec.num_prompt_tokens + spec.max_tokens for spec in workload.requests)
+    assert workload.engine.gpu_blocks == -(-longest // workload.engine.block_size) + 1 > 8
 
 
 @pytest.mark.parametrize("size, num_bytes", [("1GiB", 2**30), ("3.5 GB", 3_500_000_000), ("64MiB", 2**26)])
@@ -121,7 +131,7 @@ def test_the_command_line_rejects_an_oversized_trace_in_one_line_with_exit_2(tmp
                           "--set", "gpu_blocks=64", "--quiet", "--out", str(tmp_path / "r.json")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
-    assert run.stderr.count("\n") == 1 and "expected at least 321" in run.stderr
+    assert run.stderr.count("\n") == 1 and "it needs gpu_blocks >= 321" in run.stderr
     assert not (tmp_path / "r.json").exists()
 
 

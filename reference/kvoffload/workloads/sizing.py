@@ -12,8 +12,9 @@ overrides first and resolved once the workload is generated:
   every request's prompt + output: what the tier would be asked to hold with no eviction).
 
 The fit check runs before generation where the generator can name its longest request cheaply
-(``longest_request(ctx) -> (req_id, tokens)``; the Mooncake loader reads only the lengths), so a
-trace that cannot fit is rejected in seconds, not after its tokens were built.
+(``longest_request(ctx) -> (what, prompt tokens, output tokens)``; the Mooncake loader reads only
+the lengths), so a trace that cannot fit is rejected in seconds with the pool the whole trace
+needs, not after its tokens were built.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kvoffload.core.types import cdiv
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.requests import RequestSpec
+from kvoffload.workloads.limits import MAX_TOKENS, max_model_len
 from kvoffload.workloads.schema import WorkloadError
 
 AUTO = "auto"
@@ -48,19 +50,21 @@ class Sizing:
     def needs_distinct_chunks(self) -> bool:
         return self.cpu_share is not None
 
-    def resolve_gpu_blocks(self, engine: EngineConfig, req_id: str, sequence_tokens: int,
+    def resolve_gpu_blocks(self, engine: EngineConfig, what: str, num_prompt: int, num_output: int,
                            display: str) -> EngineConfig:
         """Before generation, from the longest request alone: ``auto`` sized, else checked."""
         if self.gpu_auto:
-            return engine.replace(gpu_blocks=max(engine.gpu_blocks, min_gpu_blocks(sequence_tokens, engine)))
-        check_fit(req_id, sequence_tokens, engine, display)
+            needed = min_gpu_blocks(num_prompt + num_output, engine)
+            return engine.replace(gpu_blocks=max(engine.gpu_blocks, needed))
+        check_fit(what, num_prompt, num_output, engine, display)
         return engine
 
     def resolve(self, engine: EngineConfig, requests: tuple[RequestSpec, ...]) -> EngineConfig:
         """``engine`` with the deferred settings turned into numbers for these requests."""
         changes = {}
         if self.gpu_auto:
-            changes["gpu_blocks"] = max(engine.gpu_blocks, min_gpu_blocks(longest(requests)[1], engine))
+            _, num_prompt, num_output = longest(requests)
+            changes["gpu_blocks"] = max(engine.gpu_blocks, min_gpu_blocks(num_prompt + num_output, engine))
         if self.cpu_bytes is not None:
             chunk_bytes = engine.tokens_per_chunk * hardware_profile(engine.profile).kv_bytes_per_token
             chunks = self.cpu_bytes // chunk_bytes
@@ -97,25 +101,32 @@ def split_sizing(overrides: dict[str, str]) -> tuple[dict[str, str], Sizing]:
     return rest, Sizing(gpu_auto=gpu_auto, cpu_bytes=cpu_bytes, cpu_share=cpu_share)
 
 
+def unbounded_lengths(engine: EngineConfig) -> EngineConfig:
+    """``engine`` with a pool that fits any length a definition may name (``limits.MAX_TOKENS``):
+    what generation is bounded by while ``gpu_blocks=auto`` waits for the requests to size it."""
+    return engine.replace(gpu_blocks=min_gpu_blocks(MAX_TOKENS, engine))
+
+
 def min_gpu_blocks(sequence_tokens: int, engine: EngineConfig) -> int:
     """GPU blocks one request of ``sequence_tokens`` (prompt + output) needs alone, null block included."""
     return cdiv(sequence_tokens + engine.spec_tokens, engine.block_size) + 1
 
 
-def longest(requests: Iterable[RequestSpec]) -> tuple[str, int]:
-    """(req_id, prompt + output tokens) of the longest request (the first of equals)."""
+def longest(requests: Iterable[RequestSpec]) -> tuple[str, int, int]:
+    """("request ID", prompt tokens, output tokens) of the longest request (the first of equals)."""
     spec = max(requests, key=lambda spec: spec.num_prompt_tokens + spec.max_tokens)
-    return spec.req_id, spec.num_prompt_tokens + spec.max_tokens
+    return f"request {spec.req_id}", spec.num_prompt_tokens, spec.max_tokens
 
 
-def check_fit(req_id: str, sequence_tokens: int, engine: EngineConfig, display: str) -> None:
-    """One line naming the minimum pool if the longest request cannot fit (vLLM rejects what
+def check_fit(what: str, num_prompt: int, num_output: int, engine: EngineConfig, display: str) -> None:
+    """One line naming the pool the longest request needs if it cannot fit (vLLM rejects what
     exceeds max_model_len; the engine would otherwise wait forever for blocks)."""
-    needed = min_gpu_blocks(sequence_tokens, engine)
+    needed = min_gpu_blocks(num_prompt + num_output, engine)
     if engine.gpu_blocks < needed:
-        raise WorkloadError(f"{display}: key engine.gpu_blocks: expected at least {needed} (request {req_id} "
-                            f"needs {needed - 1} blocks of {engine.block_size} tokens; --set gpu_blocks=auto "
-                            f"sizes the pool), got {engine.gpu_blocks}")
+        raise WorkloadError(f"{display}: {what}: expected prompt + output within max_model_len "
+                            f"{max_model_len(engine):,} ((gpu_blocks - 1) x block_size - spec_tokens), got "
+                            f"{num_prompt:,} + {num_output:,} tokens; it needs gpu_blocks >= {needed:,} "
+                            f"(--set gpu_blocks=auto sizes the pool)")
 
 
 def distinct_chunks(requests: Iterable[RequestSpec], engine: EngineConfig) -> int:
