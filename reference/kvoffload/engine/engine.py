@@ -154,6 +154,7 @@ class Engine:
         if target <= self._step:
             return False
         self.observer.idle_steps(target - self._step)
+        self.watchdog.observe(target - 1, (), self.record.finished_requests, ())  # as the walk's last idle step
         self._step = self.record.steps = target
         if self.on_step is not None:
             self.on_step(self._step, self.record.finished_requests)
@@ -199,7 +200,7 @@ class Engine:
             self._pending_output = output if scheduled or results else None
         busy = scheduled or plan.load_jobs or plan.store_jobs or results or self.feed.has_pending()
         self._idle_steps = 0 if busy or not (scheduler.waiting or scheduler.kv_holding) else self._idle_steps + 1
-        verdict = self.watchdog.observe(step, scheduled, len(scheduler.finished), scheduler.live)
+        verdict = self.watchdog.observe(step, scheduled, self.record.finished_requests, scheduler.live)
         if verdict is not None:
             self.record.livelock = verdict.as_dict()
             self.record.livelock_message = verdict.describe()
