@@ -27,8 +27,11 @@ GLOSSARY: tuple[Metric, ...] = (
            "the share the connector served. A fully-written chunk covers only positions below the parent's "
            "`num_tokens - 1` (below its computed tokens if it was aborted). `-` when no request was eligible"),
     Metric("last_block_eligible", "info", "number of such continuations"),
-    Metric("offload_hit_rate", "higher", "connector hit tokens / tokens queried from the connector "
-           "(lookups that answered)"),
+    Metric("offload_hit_rate", "higher", "per admission (a request's first, and each one after a preemption, "
+           "counted once however many lookups it took): tokens the connector supplied / tokens asked (the "
+           "prompt beyond the GPU prefix hit)"),
+    Metric("repeated_lookups", "info", "connector lookups that answered but did not end in an admission (the "
+           "request could not get blocks and was looked up again)"),
     Metric("gpu_hit_rate", "higher", "GPU prefix-cache hit tokens / prompt tokens, first admissions"),
     Metric("poisoned_loads", "zero", "loaded chunks whose slots fail the KV content oracle"),
     Metric("lifecycle_violations", "zero", "manager calls out of lifecycle order for a request (strict mode)"),
@@ -85,13 +88,13 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 
 def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
-    stats = record.connector_stats
     eligible = [c for c in record.continuations if c.eligible]
     copy_seconds = record.store_seconds + record.load_seconds
     values: dict[str, float | int | None] = {
         "last_block_hit_rate": _ratio(sum(c.served for c in eligible), len(eligible)),
         "last_block_eligible": len(eligible),
-        "offload_hit_rate": _ratio(stats.get("hit_tokens", 0), stats.get("queried_tokens", 0)),
+        "offload_hit_rate": _ratio(record.admission_hit_tokens, record.admission_asked_tokens),
+        "repeated_lookups": record.connector_lookups - record.admissions,
         "gpu_hit_rate": _ratio(record.gpu_hit_tokens, record.admitted_prompt_tokens),
         "poisoned_loads": len(record.poisoned),
         "lifecycle_violations": record.lifecycle_violations,

@@ -58,11 +58,15 @@ class RunObserver:
         self.record.prompt_tokens += live.spec.num_prompt_tokens
 
     def admitted(self, live: LiveRequest, num_local: int, hits: int, parent: LiveRequest | None) -> None:
-        """A request's first admission: its hit tokens, and whether it continues its parent."""
+        """An admission through a lookup: every one counts for offload_hit_rate; the first also for
+        the GPU hit rate and, for a follow-up, whether it continues its parent."""
+        record = self.record
+        record.admissions += 1
+        record.admission_asked_tokens += live.req.num_tokens - num_local
+        record.admission_hit_tokens += hits
         if live.admitted:
             return
         live.admitted = True
-        record = self.record
         record.gpu_hit_tokens += num_local
         record.admitted_prompt_tokens += live.req.num_tokens
         record.connector_hit_tokens_admitted += hits

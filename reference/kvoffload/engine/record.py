@@ -41,11 +41,16 @@ class RunRecord:
     gpu_hit_tokens: int = 0  # first admissions only
     admitted_prompt_tokens: int = 0
     connector_hit_tokens_admitted: int = 0
-    preemptions: int = 0
     # Every answered get_num_new_matched_tokens call (re-admissions and repeats included) and
     # the tokens it asked about (the prompt beyond the GPU prefix hit); deferred calls excluded.
     connector_lookups: int = 0
     connector_lookup_tokens: int = 0
+    # Every admission from the waiting queue through a lookup (first or after a preemption), once
+    # each however many lookups it took: tokens asked (beyond the GPU prefix hit), tokens supplied.
+    admissions: int = 0
+    admission_asked_tokens: int = 0
+    admission_hit_tokens: int = 0
+    preemptions: int = 0
     poisoned: list[PoisonedLoad] = field(default_factory=list)
     fence_violations: list[FenceViolation] = field(default_factory=list)
     continuations: list[Continuation] = field(default_factory=list)
