@@ -105,10 +105,11 @@ class _ReplayTracks:
     track_last_block_miss_rate.unit = "ratio"
 
     def track_offload_miss_rate(self, cache, connector):
-        """1 - connector hit tokens / tokens queried from the connector."""
+        """1 - offload_hit_rate: per admission, tokens the connector supplied / tokens asked."""
         return _value(cache, connector, "offload_miss_rate")
 
     track_offload_miss_rate.unit = "ratio"
+    track_offload_miss_rate.version = "2"  # per admission since issue 15 (was: every lookup, repeats too)
 
     def track_gpu_miss_rate(self, cache, connector):
         return _value(cache, connector, "gpu_miss_rate")

@@ -27,15 +27,24 @@ GLOSSARY: tuple[Metric, ...] = (
            "the share the connector served. A fully-written chunk covers only positions below the parent's "
            "`num_tokens - 1` (below its computed tokens if it was aborted). `-` when no request was eligible"),
     Metric("last_block_eligible", "info", "number of such continuations"),
-    Metric("offload_hit_rate", "higher", "connector hit tokens / tokens queried from the connector "
-           "(lookups that answered)"),
+    Metric("offload_hit_rate", "higher", "per admission (a request's first, and each one after a preemption, "
+           "counted once however many lookups it took): tokens the connector supplied / tokens asked (the "
+           "prompt beyond the GPU prefix hit)"),
+    Metric("repeated_lookups", "info", "connector lookups that answered but did not end in an admission (the "
+           "request could not get blocks and was looked up again)"),
     Metric("gpu_hit_rate", "higher", "GPU prefix-cache hit tokens / prompt tokens, first admissions"),
     Metric("poisoned_loads", "zero", "loaded chunks whose slots fail the KV content oracle"),
     Metric("lifecycle_violations", "zero", "manager calls out of lifecycle order for a request (strict mode)"),
     Metric("leaked_requests", "zero", "requests the connector still tracks after the run drained"),
-    Metric("stuck_requests", "zero", "requests left waiting when nothing progressed for 200 steps"),
+    Metric("stuck_requests", "zero", "requests left waiting when nothing progressed for 200 steps, or "
+           "alive when the progress watchdog or the max_steps cap stopped the run"),
     Metric("crashes", "zero", "1 if the connector died (an assert or KeyError of the modelled release); "
            "the run stops there"),
+    Metric("livelock", "zero", "1 if the progress watchdog stopped the run: no request finished and no "
+           "position was computed past its earlier high-water mark for the watchdog window (docs/engine.md); "
+           "the result's `diagnostics.livelock` names the cycle"),
+    Metric("invariant_violations", "zero", "failed invariant checks of the block pool and the connector; "
+           "the result's `diagnostics.invariant_violations` lists the first five with step and rule"),
     Metric("fence_violations", "zero", "GPU blocks written for another request while a store that reads "
            "them had not copied yet"),
     Metric("store_submit_delay_steps_p50", "lower", "steps from a chunk's KV being fully written to its "
@@ -79,19 +88,21 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 
 def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
-    stats = record.connector_stats
     eligible = [c for c in record.continuations if c.eligible]
     copy_seconds = record.store_seconds + record.load_seconds
     values: dict[str, float | int | None] = {
         "last_block_hit_rate": _ratio(sum(c.served for c in eligible), len(eligible)),
         "last_block_eligible": len(eligible),
-        "offload_hit_rate": _ratio(stats.get("hit_tokens", 0), stats.get("queried_tokens", 0)),
+        "offload_hit_rate": _ratio(record.admission_hit_tokens, record.admission_asked_tokens),
+        "repeated_lookups": record.connector_lookups - record.admissions,
         "gpu_hit_rate": _ratio(record.gpu_hit_tokens, record.admitted_prompt_tokens),
         "poisoned_loads": len(record.poisoned),
         "lifecycle_violations": record.lifecycle_violations,
         "leaked_requests": len(record.leaked_requests),
         "stuck_requests": len(record.stuck_requests),
         "crashes": int(record.crash is not None),
+        "livelock": int(record.livelock is not None),
+        "invariant_violations": record.invariant_violation_count,
         "fence_violations": len(record.fence_violations),
         "store_submit_delay_steps_p50": percentile(record.store_submit_delays, 50),
         "store_submit_delay_steps_p99": percentile(record.store_submit_delays, 99),
