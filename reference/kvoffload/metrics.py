@@ -36,9 +36,15 @@ GLOSSARY: tuple[Metric, ...] = (
     Metric("poisoned_loads", "zero", "loaded chunks whose slots fail the KV content oracle"),
     Metric("lifecycle_violations", "zero", "manager calls out of lifecycle order for a request (strict mode)"),
     Metric("leaked_requests", "zero", "requests the connector still tracks after the run drained"),
-    Metric("stuck_requests", "zero", "requests left waiting when nothing progressed for 200 steps"),
+    Metric("stuck_requests", "zero", "requests left waiting when nothing progressed for 200 steps, or "
+           "alive when the progress watchdog or the max_steps cap stopped the run"),
     Metric("crashes", "zero", "1 if the connector died (an assert or KeyError of the modelled release); "
            "the run stops there"),
+    Metric("livelock", "zero", "1 if the progress watchdog stopped the run: no request finished and no "
+           "position was computed past its earlier high-water mark for the watchdog window (docs/engine.md); "
+           "the result's `diagnostics.livelock` names the cycle"),
+    Metric("invariant_violations", "zero", "failed invariant checks of the block pool and the connector; "
+           "the result's `diagnostics.invariant_violations` lists the first five with step and rule"),
     Metric("fence_violations", "zero", "GPU blocks written for another request while a store that reads "
            "them had not copied yet"),
     Metric("store_submit_delay_steps_p50", "lower", "steps from a chunk's KV being fully written to its "
@@ -95,6 +101,8 @@ def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
         "leaked_requests": len(record.leaked_requests),
         "stuck_requests": len(record.stuck_requests),
         "crashes": int(record.crash is not None),
+        "livelock": int(record.livelock is not None),
+        "invariant_violations": record.invariant_violation_count,
         "fence_violations": len(record.fence_violations),
         "store_submit_delay_steps_p50": percentile(record.store_submit_delays, 50),
         "store_submit_delay_steps_p99": percentile(record.store_submit_delays, 99),

@@ -1,6 +1,7 @@
 """Result files: one JSON per run, written atomically, read back by ``report`` and ``compare``.
 
-Layout: {"schema", "workload", "connector", "config", "metrics", "provenance", "error"}.
+Layout: {"schema", "workload", "connector", "config", "metrics", "provenance", "error"}, and from
+a replay "diagnostics" ({"livelock", "invariant_violations"}: what those metrics count, in detail).
 """
 
 from __future__ import annotations

@@ -20,13 +20,14 @@ BENCH_CONNECTORS = (None, *PRESETS)  # the reference, then every preset in relea
 # The metrics of the one-screen comparison, in order, with their column headings.
 TABLE_METRICS = (
     "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
-    "leaked_requests", "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
+    "leaked_requests", "crashes", "livelock", "invariant_violations", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
     "tokens_per_s_modeled", "connector_us_per_step",
 )
 SHORT_NAMES = {
     "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload", "gpu_hit_rate": "gpu",
     "poisoned_loads": "poison", "lifecycle_violations": "lifecyc", "leaked_requests": "leaked",
-    "crashes": "crash", "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
+    "crashes": "crash", "livelock": "livelock", "invariant_violations": "invar",
+    "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
     "tokens_per_s_modeled": "tok/s(mod)", "connector_us_per_step": "us/step",
 }
 

@@ -27,6 +27,10 @@ class OpenStore:
     submitted: bool = False  # handed to the transfer handler
 
 
+# Failed invariant checks kept with their step and rule (all are counted).
+FIRST_VIOLATIONS_KEPT = 5
+
+
 class RunObserver:
     def __init__(self, profile: HardwareProfile, block_size: int, tokens_per_chunk: int, trace: bool):
         self.record = RunRecord()
@@ -37,6 +41,7 @@ class RunObserver:
         self.step = 0  # the engine step in progress
         self.open_stores: dict[int, OpenStore] = {}  # store job id -> (built, completion unprocessed)
         self._chunk_written_at: dict[tuple[str, int], int] = {}
+        self.watchdog = None  # the engine's ProgressWatchdog: told of every preemption
 
     def timed(self, call, *args):
         """Call a connector method, adding its wall time to ``connector_seconds``."""
@@ -88,6 +93,8 @@ class RunObserver:
 
     def preempted(self, live: LiveRequest) -> None:
         self.record.preemptions += 1
+        if self.watchdog is not None:
+            self.watchdog.preempted(live.req_id)
 
     def sampled(self, count: int) -> None:
         self.record.output_tokens += count
@@ -152,5 +159,9 @@ class RunObserver:
 
     # ---- invariants ---------------------------------------------------------------------------
 
-    def invariant_failed(self, step: int, error: AssertionError) -> None:
-        self.record.invariant_failures.append(f"step {step}: {error}")
+    def invariant_failed(self, step: int, rule: str, error: AssertionError) -> None:
+        """A failed invariant check is a result (the ``invariant_violations`` metric)."""
+        self.record.invariant_failures.append(f"step {step}: {rule}: {error}")
+        if len(self.record.invariant_violations) < FIRST_VIOLATIONS_KEPT:
+            self.record.invariant_violations.append({"step": step, "rule": rule, "message": str(error)})
+        self.record.invariant_violation_count += 1

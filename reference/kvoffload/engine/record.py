@@ -64,7 +64,12 @@ class RunRecord:
     stuck_requests: tuple[str, ...] = ()
     leaked_requests: tuple[str, ...] = ()
     lifecycle_violations: int = 0
-    invariant_failures: list[str] = field(default_factory=list)
+    invariant_failures: list[str] = field(default_factory=list)  # "step N: rule: message", all of them
+    invariant_violation_count: int = 0
+    invariant_violations: list[dict] = field(default_factory=list)  # the first few: step, rule, message
+    livelock: dict | None = None  # the progress watchdog's verdict (engine/watchdog.py)
+    livelock_message: str | None = None
+    max_steps_reached: bool = False  # the run stopped at the max_steps cap
     store_bytes: int = 0
     store_seconds: float = 0.0
     load_bytes: int = 0
