@@ -60,8 +60,10 @@ def check_engine(engine: EngineConfig, where: str) -> None:
     cpu = engine.cpu_chunks * engine.tokens_per_chunk * engine.slot_bytes
     memory = physical_memory()
     if memory is not None and gpu + cpu > memory:
-        raise WorkloadError(f"{where}: gpu_blocks {engine.gpu_blocks:,} and cpu_chunks {engine.cpu_chunks:,} "
-                            f"need {_gib(gpu + cpu)} for the KV tiers; this machine has {_gib(memory)}")
+        raise WorkloadError(f"{where}: the KV tiers (gpu_blocks {engine.gpu_blocks:,} and cpu_chunks "
+                            f"{engine.cpu_chunks:,} x blocks_per_chunk {engine.blocks_per_chunk:,}, blocks of "
+                            f"block_size {engine.block_size:,} x slot_bytes {engine.slot_bytes:,}) need "
+                            f"{_gib(gpu + cpu)}; this machine has {_gib(memory)}")
 
 
 def physical_memory() -> int | None:
