@@ -16,7 +16,7 @@ import pytest
 from kvoffload.core.fixes import Fixes
 from kvoffload.engine.engine import Engine
 from kvoffload.metrics import compute_metrics
-from kvoffload.sweep import MEASURED_METRICS
+from kvoffload.metrics import MEASURED_METRICS
 from kvoffload.workloads import load_workload
 
 

@@ -14,7 +14,8 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.runner import ConnectorChoice, replay_workload
-from kvoffload.sweep import MEASURED_METRICS, Cell, comparable, plan_grid, run_grid, shard
+from kvoffload.metrics import MEASURED_METRICS
+from kvoffload.sweep import Cell, comparable, plan_grid, run_grid, shard
 from kvoffload.workloads import load_workload
 
 WORKLOADS = ("multi-turn-small", "shared-prefix-small")
