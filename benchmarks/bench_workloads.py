@@ -219,7 +219,7 @@ class GenerateWorkload:
         self.load_workload = load_workload
 
     def time_generate(self, name):
-        self.load_workload(workload_spec(name))
+        self.generated = self.load_workload(workload_spec(name))
 
     def peakmem_generate(self, name):
-        self.load_workload(workload_spec(name))
+        self.generated = self.load_workload(workload_spec(name))
