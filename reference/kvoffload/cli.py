@@ -80,6 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--from", dest="source", type=Path, default=Path("results"))
     report.add_argument("--out", type=Path, default=Path("results/charts"))
 
+    gate = sub.add_parser("gate", help="this tree's metrics against the committed baseline (regression gate)")
+    gate.add_argument("--baseline", metavar="FILE|REF", help="baseline file, or a git ref holding "
+                      "results/gate/baseline.json (default: that file in this tree)")
+    gate.add_argument("--update", action="store_true", help="rewrite the baseline from this tree instead")
+    gate.add_argument("--strict", action="store_true", help="measured numbers beyond their factor fail too")
+    gate.add_argument("--machine", help="name of this machine for measured numbers ($KVOFFLOAD_MACHINE, host name)")
+    gate.add_argument("--repeats", type=int, default=1, help="replays per run (baseline: 3 measures the spread)")
+
     compare = sub.add_parser("compare", help="two result files side by side")
     compare.add_argument("a", type=Path)
     compare.add_argument("b", type=Path)
@@ -90,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         handler = {"run": _cmd_run, "bench": _cmd_bench, "fixes": _cmd_fixes, "workloads": _cmd_workloads,
-                   "report": _cmd_report, "compare": _cmd_compare}[args.command]
+                   "report": _cmd_report, "compare": _cmd_compare, "gate": _cmd_gate}[args.command]
         return handler(args)
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -252,6 +260,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     index = draw_report(args.source, args.out)
     print(f"charts: {index}")
     return 0
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    from kvoffload.gate import run_gate
+
+    return run_gate(baseline=args.baseline, update=args.update, strict=args.strict, machine=args.machine,
+                    repeats=args.repeats)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
