@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class RunFile:
     metrics: dict[str, Any]
     commit: str | None
     crashed: bool
+    distributions: dict[str, dict[int, int]] = field(default_factory=dict)  # {metric: {steps: chunks}}
 
     @property
     def config_key(self) -> str:
@@ -53,6 +54,7 @@ class AsvPoint:
     commit: str
     date: int  # commit date, ms since the epoch (asv's ordering)
     value: float
+    result_file: str = ""  # the asv result file the value was read from (provenance)
 
 
 def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
@@ -77,8 +79,22 @@ def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
             metrics=data["metrics"],
             commit=(data.get("provenance") or {}).get("commit"),
             crashed=data.get("error") is not None,
+            distributions=_distributions(data.get("distributions")),
         ))
     return runs, ignored
+
+
+def _distributions(raw: Any) -> dict[str, dict[int, int]]:
+    """A result's ``distributions`` ({metric: {"steps": chunks}}); what is malformed is left out."""
+    found: dict[str, dict[int, int]] = {}
+    if isinstance(raw, dict):
+        for metric, counts in raw.items():
+            if isinstance(counts, dict):
+                try:
+                    found[str(metric)] = {int(k): int(v) for k, v in counts.items()}
+                except (TypeError, ValueError):
+                    continue
+    return found
 
 
 def _claims_run_schema(path: Path) -> bool:
@@ -134,7 +150,7 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 points.append(AsvPoint(machine=machine, env=env, benchmark=benchmark,
                                        params=tuple(_unquote(str(p)) for p in combo), commit=commit,
-                                       date=date, value=float(value)))
+                                       date=date, value=float(value), result_file=str(path)))
     return points
 
 
