@@ -54,14 +54,16 @@ def series_style(connector_index: int, machine_index: int, is_reference: bool) -
             "linewidth": 2.4 if is_reference else 1.3, "zorder": 4 if is_reference else 2}
 
 
-def draw_asv_history(points: Sequence[AsvPoint], units: dict[str, str], out: Path) -> list[Chart]:
+def draw_asv_history(points: Sequence[AsvPoint], units: dict[str, str], out: Path,
+                     param_names: dict[str, list[str]] | None = None) -> list[Chart]:
     by_owner: dict[str, list[AsvPoint]] = defaultdict(list)
     for point in points:
         by_owner[point.benchmark.rsplit(".", 1)[0]].append(point)
-    return [_draw_owner(owner, group, units, out) for owner, group in sorted(by_owner.items())]
+    return [_draw_owner(owner, group, units, out, param_names or {}) for owner, group in sorted(by_owner.items())]
 
 
-def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: Path) -> Chart:
+def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: Path,
+                param_names: dict[str, list[str]]) -> Chart:
     commits = sorted({(p.date, p.commit) for p in group})
     position = {commit: i for i, (_, commit) in enumerate(commits)}
     names = sorted({p.benchmark for p in group})
@@ -70,7 +72,7 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     param_sets = _ordered_params({p.params for p in group})
     columns = min(PANEL_COLUMNS, len(names))
     rows = -(-len(names) // columns)
-    width = max(7.5, 3.9 * columns + 2.6)  # + room for the legend on the right
+    width = max(9.0, 3.9 * columns + 2.6)  # + room for the legend on the right
     fig = Figure(figsize=(width, 3.0 * rows + 1.2), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     legend: dict[str, object] = {}
@@ -92,8 +94,11 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
             handle, = ax.plot([position[p.commit] for p in line], [p.value * factor for p in line],
                               label=label, **style)
             legend.setdefault(label, handle)
-        metric = name.rsplit(".", 1)[1]
+        metric = name.rsplit(".", 1)[1].removeprefix("track_")
         ax.set_title(f"{metric}\n({shown_unit}, lower is better)", fontsize=9, wrap=True)
+        values = [p.value * factor for line in lines.values() for p in line]
+        if values and min(values) >= 0:  # counts and rates start at 0; an all-zero panel is not +-0.04
+            ax.set_ylim(bottom=0, top=None if max(values) > 0 else 1)
         ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=60, ha="right", fontsize=7)
         ax.set_xlim(-0.5, len(commits) - 0.5)
         ax.ticklabel_format(axis="y", useOffset=False, style="plain")
@@ -102,9 +107,10 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     for ax in axes[len(names):]:
         ax.set_visible(False)
     ordered = sorted(legend, key=lambda label: (not label.startswith("reference"), label_key(label)))
+    names_of_params = next((param_names[n] for n in names if param_names.get(n)), ["parameters"])
     fig.legend([legend[label] for label in ordered], ordered, loc="outside right upper", fontsize=8,
-               title="connector" + (" @ machine" if len(machines) > 1 else ""), title_fontsize=8)
-    fig.suptitle(f"asv history: {owner} ({', '.join(machines)})", fontsize=12)
+               title=", ".join(names_of_params) + (" @ machine" if len(machines) > 1 else ""), title_fontsize=8)
+    fig.suptitle(f"asv history: {owner} ({', '.join(machines)})", fontsize=12, x=0.02, ha="left")
     filename = f"asv-{slug(owner)}.png"
     fig.savefig(out / filename, dpi=100)
     caption = (f"{len(names)} benchmarks across {len(commits)} commits (x axis: commits by commit date, "

@@ -120,6 +120,16 @@ def find_asv_points(asv_dir: Path) -> tuple[list[AsvPoint], dict[str, str]]:
     return points, units
 
 
+def asv_param_names(asv_dir: Path) -> dict[str, list[str]]:
+    """{benchmark: its parameter names} from ``asv_dir``/benchmarks.json ({} when absent)."""
+    try:
+        data = json.loads((asv_dir / "benchmarks.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: [str(n) for n in entry.get("param_names") or []]
+            for name, entry in data.items() if isinstance(entry, dict)}
+
+
 def _asv_units(path: Path) -> dict[str, str]:
     try:
         data = json.loads(path.read_text())
