@@ -106,6 +106,18 @@ def test_asv_results_become_history_per_machine(run_dir, tmp_path):
     assert str(source / "asv" / "ci-2core" / "aaaa1111-existing-py.json") in page
 
 
+def test_a_value_recorded_under_another_benchmark_version_is_left_out(tmp_path):
+    """As in asv: after a version bump, values recorded under the old version are not drawn."""
+    asv_dir = tmp_path / "asv"
+    write_asv_results(asv_dir)
+    name = "bench_workloads.TrackMultiTurn.track_last_block_miss_rate"
+    assert len(find_asv_points(asv_dir)[0]) == 3  # recorded as version "1", the suite's too
+    (asv_dir / "benchmarks.json").write_text(json.dumps({name: {"unit": "ratio", "version": "2"}, "version": 2}))
+    assert find_asv_points(asv_dir)[0] == []
+    (asv_dir / "benchmarks.json").write_text(json.dumps({name: {"unit": "ratio", "version": "1"}, "version": 2}))
+    assert len(find_asv_points(asv_dir)[0]) == 3
+
+
 def test_two_machines_share_a_panel_with_their_own_styles(tmp_path):
     from kvoffload.report.history import draw_asv_history, series_style
 
