@@ -3,7 +3,7 @@
 The gate replays the bundled -small workloads through the reference and every vLLM preset and
 compares each run's metrics with ``results/gate/baseline.json``:
 
-- deterministic metrics (every glossary metric outside ``metrics.MEASURED``: hit rates, counts,
+- deterministic metrics (every glossary metric outside ``metrics.MEASURED_METRICS``: hit rates, counts,
   delays in steps, modelled tokens/s) must match within a tight tolerance, in either direction.
   A change is either a regression or an intended change; both fail until the baseline is
   regenerated on purpose (``kvoffload gate --update``), so the baseline's diff shows what moved.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from kvoffload.core.fixes import PRESETS
-from kvoffload.metrics import GLOSSARY, MEASURED
+from kvoffload.metrics import GLOSSARY, MEASURED_METRICS as MEASURED
 from kvoffload.results import ResultError, write_atomic
 from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
