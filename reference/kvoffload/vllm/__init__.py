@@ -9,3 +9,9 @@
 - ``replay``     VllmSchedulerReplay: a workload through vLLM's Scheduler / AsyncScheduler
 - ``engine``     the ``vllm-scheduler`` engine as the runner sees it
 """
+
+import os
+
+# vLLM logs every config decision at INFO; a replay driver wants warnings only. Without effect
+# when vLLM was imported first (inside a vLLM deployment the factory imports this package late).
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")

@@ -9,7 +9,6 @@ the connector built for both roles by vLLM's ``KVConnectorFactory``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,7 +102,6 @@ def chunk_bytes_on_host(engine: EngineConfig) -> int:
 
 
 def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int) -> VllmConfig:
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     scheduler_config = SchedulerConfig(
         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
         max_model_len=max_model_len,

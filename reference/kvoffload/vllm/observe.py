@@ -41,6 +41,7 @@ class AdmissionLedger:
         self.specs = specs
         self.hit_tokens = 0
         self.queried_tokens = 0
+        self.loaded_tokens = 0  # connector hits vLLM accepted, i.e. positions loads will write
         self.pending_loads: dict[str, tuple[int, int]] = {}  # request -> positions its load writes
         self.first_admission: dict[str, tuple[int, int]] = {}  # request -> (GPU hit, connector hit)
         self._local_at_lookup: dict[str, int] = {}
@@ -78,6 +79,7 @@ class AdmissionLedger:
         num_local = self._local_at_lookup.pop(req_id, 0)
         if num_external:
             self.pending_loads[req_id] = (num_local, num_local + num_external)
+            self.loaded_tokens += num_external
         if req_id in self.first_admission:
             return
         self.first_admission[req_id] = (num_local, num_external)

@@ -100,8 +100,9 @@ class VllmSchedulerReplay:
         self._requests: dict[str, Request] = {}
         self._finished: set[str] = set()
         self._spec_steps: dict[str, int] = defaultdict(int)
-        self._pending = None  # async: (step, scheduler output, runner output, accepted drafts)
+        self._pending = None  # async: what _update needs of the previous step
         self._step = 0
+        self.checked_load_tokens = 0  # positions the oracle checked after their load landed
 
     # ---- the run ----------------------------------------------------------------------------
 
@@ -240,6 +241,7 @@ class VllmSchedulerReplay:
         if claim is None:
             return
         start, end = claim
+        self.checked_load_tokens += end - start
         table = self.scheduler.kv_cache_manager.get_block_ids(req_id)[0]
         held = read_positions(self.cells, table, start, end, self.engine.block_size)
         bad = (held != self._sequences[req_id].fingerprints[start:end]).any(axis=0)
