@@ -102,6 +102,11 @@ def chunk_bytes_on_host(engine: EngineConfig) -> int:
 
 
 def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int) -> VllmConfig:
+    try:
+        connector_class = KVConnectorFactory.get_connector_class(transfer_config)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"cannot load connector {transfer_config.kv_connector!r} from "
+                          f"{transfer_config.kv_connector_module_path or 'vLLM'}: {error}") from None
     scheduler_config = SchedulerConfig(
         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
         max_model_len=max_model_len,
@@ -120,7 +125,6 @@ def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, m
     config.scheduler_config.async_scheduling = engine.scheduling == "async"
     config.cache_config.num_gpu_blocks = engine.gpu_blocks
     config.cache_config.num_gpu_blocks_override = engine.gpu_blocks
-    connector_class = KVConnectorFactory.get_connector_class(transfer_config)
     layout = connector_class.get_required_kvcache_layout(config) or DEFAULT_LAYOUT
     config.cache_config.kv_cache_layout = layout
     return config
