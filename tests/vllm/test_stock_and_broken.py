@@ -60,3 +60,18 @@ def test_a_connector_storing_the_unwritten_final_slot_shows_poisoned_loads(small
 
 def workload_request(workload, req_id):
     return next(spec for spec in workload.requests if spec.req_id == req_id)
+
+
+def test_a_crashing_connector_stops_the_run_and_is_reported(small_workload, monkeypatch, tmp_path, capsys):
+    from kvoffload.cli import main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    out = tmp_path / "crash.json"
+    code = main(["run", "--engine", "vllm-scheduler", "--connector", "broken_connector:CrashOnFirstCompletionConnector",
+                 "--workload", "shared-prefix-small", "--quiet", "--out", str(out)])
+    assert code == 1
+    assert "planted: completion bookkeeping broke" in capsys.readouterr().err
+    import json
+
+    result = json.loads(out.read_text())
+    assert result["metrics"]["crashes"] == 1 and result["error"]["step"] > 0

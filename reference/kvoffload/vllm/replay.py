@@ -33,6 +33,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for both engines
 from kvoffload.engine.record import PoisonedLoad, RunRecord
 from kvoffload.vllm.build import (
     ConnectorLoad,
@@ -45,7 +46,6 @@ from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence
 from kvoffload.vllm.observe import AdmissionLedger, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
 
-STUCK_AFTER_STEPS = 200  # as the simulator: no progress for this long ends the run
 EOS_SLACK = 8  # an EOS answer may run this much longer: the scheduler must not know its length
 FILLER_TOKEN = 17  # sampled past the script (async: the step scheduled after an EOS)
 SCHEDULER_CALLS = ("on_new_request", "get_num_new_matched_tokens", "update_state_after_alloc",
@@ -113,7 +113,7 @@ class VllmSchedulerReplay:
         idle = 0
         try:
             while self._arrivals or self.scheduler.has_requests() or self._pending is not None:
-                if self.max_steps is not None and self._step >= self.max_steps or idle >= STUCK_AFTER_STEPS:
+                if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
                     self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
                     break
                 progressed = self._one_step()
