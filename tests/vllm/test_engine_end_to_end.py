@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.skipif(os.environ.get("KVOFFLOAD_VLL
 def test_round_two_is_served_from_our_host_tier_with_the_same_output(tmp_path):
     script = Path(__file__).with_name("engine_round_trip.py")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-6000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("ROUND_TRIP "))
+    report = json.loads(line.removeprefix("ROUND_TRIP "))
     assert report["cached_first"] == [0, 0, 0, 0]
     assert report["cached_second"] == [64, 64, 64, 64]  # whole 64-token chunks of the 96-token prompts
     assert all(report["same_output"])
