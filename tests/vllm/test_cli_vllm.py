@@ -26,6 +26,7 @@ def test_run_on_vllms_scheduler_with_the_stock_connector_writes_a_result(tmp_pat
     metrics = result["metrics"]
     assert set(metrics) == set(METRIC_NAMES) - set(UNMEASURED)
     assert metrics["poisoned_loads"] == 0 and metrics["requests"] == 32 and metrics["crashes"] == 0
+    assert metrics["copy_gb_per_s"] > 0  # the torch-copy worker's measured copies
     assert "engine vllm-scheduler" in capsys.readouterr().out
 
 

@@ -126,14 +126,19 @@ class FanOutHandler:
         self.handlers = tuple(handlers)
         self.kv = self.handlers[0].kv
         self._pending: dict[JobId, list[TransferResult]] = {}
+        self._is_store: dict[JobId, bool] = {}  # until reported
+        # Finished copies per direction: [bytes, seconds] (seconds: the slowest region's).
+        self.totals = {True: [0, 0.0], False: [0, 0.0]}
 
     def submit_store(self, job: TransferJob) -> None:
         for handler in self.handlers:
             handler.submit_store(job)
+        self._is_store[job.job_id] = True
 
     def submit_load(self, job: TransferJob) -> None:
         for handler in self.handlers:
             handler.submit_load(job)
+        self._is_store[job.job_id] = False
 
     def run_submitted(self) -> None:
         """For stepped handlers: copy what was submitted (the engine calls it after the forward)."""
@@ -151,9 +156,12 @@ class FanOutHandler:
                 parts.append(result)
                 if len(parts) == needed:
                     del self._pending[result.job_id]
-                    finished.append(TransferResult(
-                        result.job_id, all(p.success for p in parts),
-                        sum(p.num_bytes for p in parts), max(p.seconds for p in parts)))
+                    done = TransferResult(result.job_id, all(p.success for p in parts),
+                                          sum(p.num_bytes for p in parts), max(p.seconds for p in parts))
+                    finished.append(done)
+                    totals = self.totals[self._is_store.pop(result.job_id)]
+                    totals[0] += done.num_bytes
+                    totals[1] += done.seconds
         return finished
 
     def wait(self, job_ids: Iterable[JobId]) -> None:

@@ -287,6 +287,10 @@ class VllmSchedulerReplay:
             record.lifecycle_violations = len(core.manager.violations)
         if record.crash is None and not record.stuck_requests:
             record.leaked_requests = _tracked_requests(connector)
+        handler = _transfer_handler(self.worker)
+        if handler is not None:  # both built-in workers copy through a FanOutHandler
+            (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
+                handler.totals[True], handler.totals[False])
         try:
             self.scheduler.shutdown()
         except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
@@ -305,6 +309,13 @@ def _copy_hook(worker):
         inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
         hook = getattr(inner, "copy_submitted", None)
     return hook or (lambda: None)
+
+
+def _transfer_handler(worker):
+    handler = getattr(getattr(worker, "worker", None), "handler", None)  # KVOffloadConnector
+    if handler is None:  # vLLM's OffloadingConnector with the torch-copy spec
+        handler = getattr(getattr(getattr(worker, "connector_worker", None), "worker", None), "handler", None)
+    return handler if hasattr(handler, "totals") else None
 
 
 def _tracked_requests(connector) -> tuple[str, ...]:
