@@ -66,7 +66,8 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
     result = build_result(
         workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
                   "requests": len(workload.requests)},
-        connector=choice.describe(), config={**dataclasses.asdict(workload.engine), "engine": engine},
+        connector=choice.describe(),
+        config={**dataclasses.asdict(workload.engine), "engine": engine, "connector": choice.source},
         metrics=metrics, seed=workload.engine.seed,
         error=error)
     return RunOutcome(result, record)

@@ -21,7 +21,7 @@ def test_run_on_vllms_scheduler_with_the_stock_connector_writes_a_result(tmp_pat
                  "--quiet", "--out", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
-    assert result["config"]["engine"] == "vllm-scheduler"
+    assert result["config"]["engine"] == "vllm-scheduler" and result["config"]["connector"] == "stock"
     assert result["connector"]["name"] == "stock" and result["connector"]["label"] == "vllm-stock"
     metrics = result["metrics"]
     assert set(metrics) == set(METRIC_NAMES) - set(UNMEASURED)
