@@ -31,21 +31,22 @@ class ReplayEngine(Protocol):
     name: str
     unmeasured: tuple[str, ...]
 
-    def replay(self, workload: "Workload", choice: "ConnectorChoice",
-               on_step: Callable[[int, int], None] | None, trace: bool) -> RunRecord: ...
+    def replay(self, workload: "Workload", choice: "ConnectorChoice", on_step: Callable[[int, int], None] | None,
+               trace: bool, max_steps: int | None) -> RunRecord: ...
 
 
 class Simulator:
     name = SIMULATOR
     unmeasured: tuple[str, ...] = ()
 
-    def replay(self, workload, choice, on_step, trace) -> RunRecord:
+    def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         from kvoffload.engine.engine import Engine
 
         if choice.source != "reference":
             raise ConfigError(f"the simulator runs the reference connector only, not {choice.source!r} "
                               f"(use --engine {VLLM_SCHEDULER})")
-        return Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace).run()
+        return Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace,
+                      max_steps=max_steps).run()
 
 
 def engine_named(name: str) -> ReplayEngine:

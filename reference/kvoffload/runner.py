@@ -51,18 +51,25 @@ class RunOutcome:
 
     @property
     def failed(self) -> bool:
-        return self.record.crash is not None
+        """The run did not complete: a connector crash, a livelock, or the max_steps cap."""
+        record = self.record
+        return record.crash is not None or record.livelock is not None or record.max_steps_reached
 
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
                     on_step: Callable[[int, int], None] | None = None, trace: bool = False,
-                    engine: str = SIMULATOR) -> RunOutcome:
+                    max_steps: int | None = None, engine: str = SIMULATOR) -> RunOutcome:
     replayer = engine_named(engine)
-    record = replayer.replay(workload, choice, on_step, trace)
+    record = replayer.replay(workload, choice, on_step, trace, max_steps)
     metrics = {name: value for name, value in compute_metrics(record).items() if name not in replayer.unmeasured}
     error = None
     if record.crash is not None:
         error = {"message": record.crash, "step": record.crash_step}
+    elif record.livelock is not None:
+        error = {"message": record.livelock_message, "step": record.livelock["step"]}
+    elif record.max_steps_reached:
+        error = {"message": f"stopped at the max_steps cap ({max_steps}) with "
+                            f"{len(record.stuck_requests)} requests unfinished", "step": record.steps}
     result = build_result(
         workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
                   "requests": len(workload.requests)},
@@ -70,6 +77,9 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
         config={**dataclasses.asdict(workload.engine), "engine": engine, "connector": choice.source},
         metrics=metrics, seed=workload.engine.seed,
         error=error)
+    # What the livelock and invariant_violations metrics count, in detail.
+    result["diagnostics"] = {"livelock": record.livelock,
+                             "invariant_violations": list(record.invariant_violations)}
     return RunOutcome(result, record)
 
 

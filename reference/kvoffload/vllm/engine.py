@@ -12,7 +12,7 @@ class VllmSchedulerEngine:
     name = VLLM_SCHEDULER
     unmeasured = UNMEASURED
 
-    def replay(self, workload, choice, on_step, trace) -> RunRecord:
+    def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         # trace: the jobs live inside each connector; this engine records none (absent, not empty)
         load = ConnectorLoad(choice.source, choice.preset, choice.disabled)
-        return VllmSchedulerReplay(workload.requests, workload.engine, load, on_step=on_step).run()
+        return VllmSchedulerReplay(workload.requests, workload.engine, load, on_step=on_step, max_steps=max_steps).run()

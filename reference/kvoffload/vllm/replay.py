@@ -54,8 +54,11 @@ SCHEDULER_CALLS = ("on_new_request", "get_num_new_matched_tokens", "update_state
 WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv", "wait_for_save", "get_finished",
                 "build_connector_worker_meta", "clear_connector_metadata")
 # What this engine cannot see from outside the connector (absent from its metrics, not zero).
+# The stuck_requests watchdog is this engine's own (no progress for STUCK_AFTER_STEPS steps);
+# the simulator's cycle detector (livelock) and invariant checks run inside its engine only.
 UNMEASURED = ("fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
-              "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled")
+              "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
+              "livelock", "invariant_violations")
 
 
 class VllmSchedulerReplay:
