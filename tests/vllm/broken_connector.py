@@ -5,10 +5,8 @@ from kvoffload.vllm.connector import KVOffloadConnector
 
 
 class WatermarkOffConnector(KVOffloadConnector):
-    def __init__(self, vllm_config, role, kv_cache_config=None):
-        super().__init__(vllm_config, role, kv_cache_config)
-        if self.core is not None:
-            self.core.fixes = self.core.fixes.without("final_token_watermark")
+    def choose_fixes(self, configured):
+        return configured.without("final_token_watermark")
 
 
 class CrashOnFirstCompletionConnector(KVOffloadConnector):

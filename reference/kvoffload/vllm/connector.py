@@ -119,7 +119,7 @@ def _single_group(kv_cache_config):
 
 
 class KVOffloadConnector(KVConnectorBase_V1):
-    """The reference connector behind vLLM's connector API (vLLM calls; notes in ``docs/``)."""
+    """The reference connector behind vLLM's V1 connector API (``kv_connector/v1/base.py``)."""
 
     def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
@@ -138,12 +138,17 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self._num_blocks = kv_cache_config.num_blocks
         self.core: ReferenceConnectorScheduler | None = None
         self.worker: WorkerConnector | None = None
+        self.fixes = self.choose_fixes(self.options.fixes)
         if role == KVConnectorRole.SCHEDULER:
-            self.core = ReferenceConnectorScheduler(self.config, self.options.fixes)
+            self.core = ReferenceConnectorScheduler(self.config, self.fixes)
         self._views: dict[str, VllmRequestView] = {}
         self._step = 0
         self._load_owner: dict[int, str] = {}  # load job id -> request, until reported
         self._completed: list[TransferResult] = []
+
+    def choose_fixes(self, configured: Fixes) -> Fixes:
+        """The fix flags both roles run with; a subclass may change them (tests plant bugs so)."""
+        return configured
 
     # ---- scheduler role -------------------------------------------------------------------
 
@@ -194,7 +199,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
         regions = block_regions(kv_caches, self._num_blocks)
         handler = make_handler(regions, self.config.block_size, self.config.cpu_chunks,
                                self.config.blocks_per_chunk, self.options.transfer, self.options.completion_steps)
-        self.worker = WorkerConnector(handler, self.options.fixes)
+        self.worker = WorkerConnector(handler, self.fixes)
 
     def handle_preemptions(self, kv_connector_metadata: StepPlanMetadata) -> None:
         self.worker.handle_preemptions(kv_connector_metadata.plan)

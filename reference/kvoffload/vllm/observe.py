@@ -3,8 +3,7 @@
 The vLLM engine cannot read a connector's internals (vLLM's stock one or anyone's), so what it
 reports comes from the calls vLLM makes: each admission's lookup (the GPU prefix-cache hit it was
 asked about, the tokens offered) and ``update_state_after_alloc`` (what vLLM accepted and will
-load). Hit-rate denominators use the reference connector's definition, for every connector:
-the whole chunks the lookup could have served past the GPU hit.
+load), counted as the simulator's observer counts them (``kvoffload.engine.observer``).
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ class AdmissionLedger:
         self.tokens_per_chunk = block_size * blocks_per_chunk
         self.record = record
         self.specs = specs
-        self.hit_tokens = 0
-        self.queried_tokens = 0
         self.loaded_tokens = 0  # connector hits vLLM accepted, i.e. positions loads will write
         self.pending_loads: dict[str, tuple[int, int]] = {}  # request -> positions its load writes
         self.first_admission: dict[str, tuple[int, int]] = {}  # request -> (GPU hit, connector hit)
@@ -55,8 +52,8 @@ class AdmissionLedger:
             hits, is_async = lookup(request, num_computed_tokens, *args, **kwargs)
             self._local_at_lookup[request.request_id] = num_computed_tokens
             if hits is not None:
-                self.hit_tokens += hits
-                self.queried_tokens += self._queryable(request, num_computed_tokens)
+                self.record.connector_lookups += 1
+                self.record.connector_lookup_tokens += request.num_tokens - num_computed_tokens
             return hits, is_async
 
         def observed_alloc(request, blocks, num_external_tokens, *args, **kwargs):
@@ -67,23 +64,23 @@ class AdmissionLedger:
         connector.get_num_new_matched_tokens = observed_lookup
         connector.update_state_after_alloc = observed_alloc
 
-    def _queryable(self, request, num_local: int) -> int:
-        tpc = self.tokens_per_chunk
-        full_chunks = len(request.block_hashes) // self.blocks_per_chunk
-        end_chunk = min(request.num_tokens, full_chunks * tpc) // tpc
-        return end_chunk * tpc - num_local if end_chunk > num_local // tpc else 0
-
     def _admitted(self, request, num_external: int) -> None:
         req_id = request.request_id
-        # vLLM calls after-alloc at every admission; only those right after a lookup carry a hit.
-        num_local = self._local_at_lookup.pop(req_id, 0)
+        # vLLM calls after-alloc at every admission; only those right after a lookup are
+        # admissions through the connector (not the resumption after a landed load).
+        num_local = self._local_at_lookup.pop(req_id, None)
+        if num_local is None:
+            return
+        record = self.record
+        record.admissions += 1
+        record.admission_asked_tokens += request.num_tokens - num_local
+        record.admission_hit_tokens += num_external
         if num_external:
             self.pending_loads[req_id] = (num_local, num_local + num_external)
             self.loaded_tokens += num_external
         if req_id in self.first_admission:
             return
         self.first_admission[req_id] = (num_local, num_external)
-        record = self.record
         record.gpu_hit_tokens += num_local
         record.admitted_prompt_tokens += request.num_tokens
         record.connector_hit_tokens_admitted += num_external

@@ -283,11 +283,11 @@ class VllmSchedulerReplay:
         record = self.record
         record.wall_seconds = wall
         record.connector_seconds = sum(self._timings.values())
-        record.connector_stats = {"hit_tokens": self.ledger.hit_tokens, "queried_tokens": self.ledger.queried_tokens}
         connector = self.scheduler.connector
         core = getattr(connector, "core", None)
         if core is not None:
             record.lifecycle_violations = len(core.manager.violations)
+            record.connector_stats = dict(vars(core.stats))
         if record.crash is None and not record.stuck_requests:
             record.leaked_requests = _tracked_requests(connector)
         handler = _transfer_handler(self.worker)
