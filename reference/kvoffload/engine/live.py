@@ -5,10 +5,6 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass, field
-from itertools import chain
-from typing import Iterator, Sequence
-
-import numpy as np
 
 from kvoffload.core.request import Request
 from kvoffload.core.types import BlockId, RequestStatus
@@ -30,45 +26,6 @@ class Phase(enum.Enum):
     FINISHED = "finished"
 
 
-class Script(Sequence[int]):
-    """A request's scripted sequence, prompt + outputs, read through without a copy of either:
-    the workload already holds both (8 bytes a token), and finished requests stay in the
-    scheduler's records. Slices and items read like the concatenated tuple's."""
-
-    __slots__ = ("_prompt", "_output", "_split", "_len")
-
-    def __init__(self, prompt: Sequence[int], output: Sequence[int]) -> None:
-        self._prompt, self._output = prompt, output
-        self._split = len(prompt)
-        self._len = self._split + len(output)
-
-    def __len__(self) -> int:
-        return self._len
-
-    def __getitem__(self, index):
-        split = self._split
-        if isinstance(index, slice):
-            start, stop, stride = index.indices(self._len)
-            if stride != 1:
-                return tuple(self)[index]
-            if stop <= split:
-                return tuple(self._prompt[start:stop])
-            if start >= split:
-                return tuple(self._output[start - split:stop - split])
-            return tuple(self._prompt[start:]) + tuple(self._output[:stop - split])
-        if index < 0:
-            index += self._len
-        if not 0 <= index < self._len:
-            raise IndexError("script index out of range")
-        return self._prompt[index] if index < split else self._output[index - split]
-
-    def __iter__(self) -> Iterator[int]:
-        return chain(self._prompt, self._output)
-
-    def as_array(self) -> np.ndarray:
-        return np.fromiter(self, dtype=np.int64, count=self._len)
-
-
 @dataclass(eq=False)  # identity: the engine finds requests in its queues with `in`
 class LiveRequest:
     spec: RequestSpec
@@ -76,7 +33,7 @@ class LiveRequest:
     # The whole scripted sequence (prompt + every output token). The oracle keeps its slot
     # fingerprints while the request lives: what the forward writes at each position, and what
     # a loaded slot must hold.
-    truth: Script
+    truth: tuple[int, ...]
     arrival_step: int
     phase: Phase = Phase.WAITING
     blocks: list[BlockId] = field(default_factory=list)
@@ -93,7 +50,7 @@ class LiveRequest:
     @classmethod
     def create(cls, spec: RequestSpec, block_size: int, arrival_step: int) -> "LiveRequest":
         return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size),
-                   truth=Script(spec.prompt_token_ids, spec.output_token_ids), arrival_step=arrival_step)
+                   truth=spec.prompt_token_ids + spec.output_token_ids, arrival_step=arrival_step)
 
     @property
     def req_id(self) -> str:

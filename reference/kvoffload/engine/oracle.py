@@ -67,7 +67,7 @@ class KVOracle:
 
     def register(self, live) -> None:
         """A request arrived: fingerprint its whole scripted sequence."""
-        self._fp[live.req_id] = prefix_fingerprints(live.truth.as_array()).view(np.int64)
+        self._fp[live.req_id] = prefix_fingerprints(np.asarray(live.truth, dtype=np.int64)).view(np.int64)
 
     def release(self, live) -> None:
         """A request finished: nothing reads its fingerprints again (loads check only live ones)."""
