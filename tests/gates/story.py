@@ -7,6 +7,8 @@ with ``stuck_requests`` set instead of hanging the suite.
 
 from __future__ import annotations
 
+import os
+
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.manager import LookupResult
 from kvoffload.engine.config import EngineConfig
@@ -18,6 +20,9 @@ TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, 
 # Far above any story's length (the longest needs ~40 steps), far below a hang.
 MAX_STEPS = 400
 SCHEDULINGS = ("sync", "async")
+# The fix-flag check (test_fix_flags.py) replays the gates with these flags made ineffective in
+# every connector a story builds, the "fixed" side included: some gate must then fail.
+MADE_INEFFECTIVE = tuple(name for name in os.environ.get("KVOFFLOAD_GATES_DISABLE", "").split(",") if name)
 
 
 def tokens(seed: int, n: int) -> tuple[int, ...]:
@@ -36,7 +41,10 @@ def engine(requests, config: EngineConfig = TINY, fixes: Fixes | None = None, *,
             if next_step in forget_gpu_cache_before:
                 engines[0].pool.uncache_free_blocks()
         kwargs["on_step"] = forget
-    engines.append(Engine(requests, config, fixes if fixes is not None else Fixes(), **kwargs))
+    fixes = fixes if fixes is not None else Fixes()
+    if MADE_INEFFECTIVE:
+        fixes = fixes.without(*(name for name in MADE_INEFFECTIVE if getattr(fixes, name)))
+    engines.append(Engine(requests, config, fixes, **kwargs))
     return engines[0]
 
 

@@ -68,6 +68,20 @@ class TestK07AbortOfAQueuedRequest:
                                 "chunks 0..4, 4 keys, 0 blocks")
 
 
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    @pytest.mark.parametrize("fixed", [True, False])
+    def test_abort_mid_prefill_stores_only_computed_tokens(self, scheduling, fixed):
+        """vLLM #49285: budget 6, A (40-token prompt) is aborted after its first step: 6 tokens
+        computed, blocks for positions 0-7. Only chunk 0 is written; the prompt as watermark
+        stores chunk 1 with slots 6 and 7 never written, and C (A's prompt + 4) loads them."""
+        a = RequestSpec("A", tokens(1, 40), tokens(2, 2), abort_after_steps=1)
+        c = RequestSpec("C", a.prompt_token_ids + tokens(3, 4), tokens(4, 2), arrival_step=5)
+        record = run([a, c], TINY.replace(max_num_batched_tokens=6, scheduling=scheduling),
+                     None if fixed else without("aborted_watermark"))
+        assert stored_chunks(record, "A") == ({0} if fixed else {0, 1})
+        assert poisoned(record) == ([] if fixed else [("C", 1, 2)])
+
+
 class TestK08CompletionForAnAbortedRequest:
     """vLLM #43226 / LMCache #3499. C (A's history + 4) loads chunks 0-1 with 3-step copies and is
     aborted while its load is in flight (the GPU cache forgot A's blocks before step 3); D is
