@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import platform
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -59,20 +60,16 @@ def build_result(*, workload: dict, connector: dict, config: Any, metrics: dict,
     }
 
 
-def check_writable(path: Path) -> None:
-    """Raise OSError naming the problem if ``path`` could not be written (before a long run)."""
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.exists() and path.is_dir():
-        raise OSError(f"{path}: is a directory")
-    if not parent.exists():
-        raise OSError(f"{path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise OSError(f"{path}: directory {parent} is not writable")
-
-
 def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place."""
+    """Write JSON to a temporary file beside ``path`` and rename it into place.
+
+    Only a regular file is ever replaced (the command line checks this before a run; checked
+    again here because the path may have changed meanwhile). An interrupt or error leaves the
+    old file, or none, never a partial one.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise OSError(f"{path}: not a regular file; refusing to replace it")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; results are meant to be shared

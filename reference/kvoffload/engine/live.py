@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import random
 from dataclasses import dataclass, field
 
@@ -10,25 +11,38 @@ from kvoffload.core.types import BlockId, RequestStatus
 from kvoffload.engine.requests import RequestSpec
 
 
+class Phase(enum.Enum):
+    """Where a request is in the engine's scheduler model (docs/engine.md, "Request phases").
+
+    WAITING and LOADED requests sit in the waiting queue, RUNNING ones in the running list;
+    a LOADING request waits in the waiting queue too but is skipped until its load lands.
+    """
+
+    WAITING = "waiting"  # new or preempted: the next admission asks the prefix cache and connector
+    LOADING = "loading"  # admitted with a connector hit; its load job is in flight
+    LOADED = "loaded"  # the load landed: the next admission continues after the loaded tokens
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
 @dataclass(eq=False)  # identity: the engine finds requests in its queues with `in`
 class LiveRequest:
     spec: RequestSpec
     req: Request
     # The whole scripted sequence (prompt + every output token). Its slot fingerprints live in
-    # the engine's arena from ``fp_offset`` on: what the forward writes at each position, and
+    # the oracle's arena from ``fp_offset`` on: what the forward writes at each position, and
     # what a loaded slot must hold.
     truth: tuple[int, ...]
     fp_offset: int
     arrival_step: int
+    phase: Phase = Phase.WAITING
     blocks: list[BlockId] = field(default_factory=list)
     num_committed_blocks: int = 0  # blocks already findable in the GPU prefix cache
     num_outputs: int = 0  # sampled tokens appended so far
     pending_outputs: int = 0  # async: scheduled steps whose sample is not processed yet
     generation: int = 0  # bumped by preemption: outputs scheduled before it are dropped
     spec_steps: int = 0  # decode steps with drafts so far (indexes accept_counts)
-    load_job: int | None = None  # load in flight
-    loaded_tokens: int = 0  # tokens its load (GPU hit + connector hit) brings
-    loaded: bool = False  # its load landed: the next schedule continues after it
+    loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings
     abort_requested: bool = False
     admitted: bool = False  # the first admission (for hit-rate metrics) happened
 

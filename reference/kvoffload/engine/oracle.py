@@ -1,19 +1,35 @@
-"""The KV content oracle: what every GPU slot *should* hold, and the check of loaded chunks.
+"""The KV content oracle: what every GPU slot *should* hold, and the checks against it.
 
 A slot's first 8 bytes hold a fingerprint of the token prefix up to and including its position:
 ``fp[i] = fp[i-1] * B + (token[i] + 1)  (mod 2**64)``, a polynomial hash. Equal prefixes give equal
 fingerprints (so KV legitimately shared between requests matches), and prefixes that differ in
 any one token differ at every later position. It is computed for a whole sequence at once as
 ``B**i * cumsum((token[j] + 1) * B**-j)``, all in wrapping uint64 arithmetic.
+
+:class:`KVOracle` owns the fingerprints of every request's scripted sequence, writes them into
+the GPU slots a forward pass computes, and checks two things (docs/engine.md, "The KV oracle"):
+every slot a load filled holds its request's fingerprint (else a :class:`PoisonedLoad`), and no
+block a pending store still reads is rewritten for another request (else a
+:class:`FenceViolation`).
 """
 
 from __future__ import annotations
 
+from typing import Callable, Collection, Sequence
+
 import numpy as np
+import torch
+
+from kvoffload.core.types import StepPlan, TransferJob
+from kvoffload.engine.record import FenceViolation, PoisonedLoad
+from kvoffload.engine.requests import RequestSpec
+from kvoffload.worker.kv import KVCache
 
 _BASE = 0x9E3779B97F4A7C15  # odd, so invertible modulo 2**64
 _BASE_INV = pow(_BASE, -1, 1 << 64)
 _MASK = (1 << 64) - 1
+# Steps writing at most this many positions per request compute slot indices in plain Python.
+SMALL_WRITE = 16
 
 
 def prefix_fingerprints(token_ids: np.ndarray) -> np.ndarray:
@@ -37,3 +53,136 @@ def as_signed(values: np.ndarray) -> np.ndarray:
 
 def to_signed_int(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class KVOracle:
+    def __init__(self, kv: KVCache, requests: Sequence[RequestSpec], block_size: int, tokens_per_chunk: int):
+        self.block_size = block_size
+        self.tokens_per_chunk = tokens_per_chunk
+        # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
+        self._slot_fp = kv.gpu.view(kv.num_gpu_blocks * block_size, kv.slot_bytes).view(torch.int64)[:, 0]
+        # Fingerprints of every request's scripted sequence, side by side (filled on arrival).
+        self._fp_offsets: dict[str, int] = {}
+        total = 0
+        for spec in requests:
+            self._fp_offsets[spec.req_id] = total
+            total += spec.num_prompt_tokens + spec.max_tokens
+        self._fp_arena = np.zeros(total, dtype=np.int64)
+
+    def offset_of(self, req_id: str) -> int:
+        return self._fp_offsets[req_id]
+
+    def register(self, live) -> None:
+        """A request arrived: fingerprint its whole scripted sequence."""
+        offset = live.fp_offset
+        self._fp_arena[offset:offset + len(live.truth)] = prefix_fingerprints(
+            np.asarray(live.truth, dtype=np.int64)).view(np.int64)
+
+    # ---- the forward ----------------------------------------------------------------------
+
+    def forward(self, scheduled: Sequence) -> dict[str, set[int]]:
+        """Write each scheduled position's fingerprint into its slot (one tensor write per step);
+        returns the blocks each request wrote."""
+        bs = self.block_size
+        small_slots: list[int] = []  # decode-sized writes, computed in Python
+        small_sources: list[int] = []  # their arena indices
+        big_slots: list[np.ndarray] = []
+        big_sources: list[np.ndarray] = []
+        draft_slots: list[int] = []
+        draft_values: list[int] = []
+        writes: dict[str, set[int]] = {}
+        for item in scheduled:
+            live = item.live
+            blocks = live.blocks
+            written_blocks = writes.setdefault(live.req_id, set())
+            start, end = item.start, item.start + item.num_tokens
+            if item.num_tokens > 1 and not item.prefill:  # 1 real token + drafts
+                for position, value in self._draft_fingerprints(item):
+                    block = blocks[position // bs]
+                    written_blocks.add(block)
+                    draft_slots.append(block * bs + position % bs)
+                    draft_values.append(value)
+            elif item.num_tokens <= SMALL_WRITE:
+                for position in range(start, end):
+                    block = blocks[position // bs]
+                    written_blocks.add(block)
+                    small_slots.append(block * bs + position % bs)
+                    small_sources.append(live.fp_offset + position)
+            else:
+                first, last = start // bs, (end - 1) // bs
+                table = np.asarray(blocks[first:last + 1], dtype=np.int64)
+                positions = np.arange(start, end, dtype=np.int64)
+                big_slots.append(table[positions // bs - first] * bs + positions % bs)
+                big_sources.append(positions + live.fp_offset)
+                written_blocks.update(blocks[first:last + 1])
+        if small_slots or big_slots or draft_slots:
+            slots = np.concatenate([np.asarray(small_slots + draft_slots, dtype=np.int64), *big_slots])
+            sources = np.concatenate([np.asarray(small_sources, dtype=np.int64), *big_sources])
+            values = self._fp_arena[sources]
+            if draft_slots:
+                values = np.concatenate([values[:len(small_slots)], np.asarray(draft_values, dtype=np.int64),
+                                         values[len(small_slots):]])
+            self._slot_fp[torch.from_numpy(slots)] = torch.from_numpy(values)
+        return writes
+
+    def _draft_fingerprints(self, item) -> list[tuple[int, int]]:
+        """Decode step with drafts: position ``start`` is the real last token; draft j sits at
+        ``start + 1 + j``. Accepted drafts carry the true prefix; from the first rejected one on,
+        the slot holds KV of a prefix that never happened."""
+        live = item.live
+        arena, base, truth = self._fp_arena, live.fp_offset, live.truth
+        previous = int(arena[base + item.start]) & _MASK
+        written = [(item.start, to_signed_int(previous))]
+        for j in range(item.num_tokens - 1):
+            position = item.start + 1 + j
+            if j < item.accepted and position < len(truth):
+                previous = int(arena[base + position]) & _MASK
+            else:
+                wrong = truth[position] + 1 if position < len(truth) else 1
+                previous = extend_fingerprint(previous, wrong)
+            written.append((position, to_signed_int(previous)))
+        return written
+
+    # ---- the checks ---------------------------------------------------------------------------
+
+    def check_fence(self, step: int, plan: StepPlan, writes: dict[str, set[int]],
+                    not_copied: list[TransferJob],
+                    held_by: Callable[[str], Collection[int]]) -> list[FenceViolation]:
+        """No block a not-yet-copied store reads may be rewritten after its request let it go.
+
+        ``not_copied``: the stores whose copy has not run at forward time; ``held_by(req_id)``:
+        the blocks that request still holds (empty once it finished).
+        """
+        if not not_copied:
+            return []
+        readers: dict[int, set[str]] = {}
+        for job in not_copied:
+            held = held_by(job.req_id)
+            for block in job.gpu_block_ids:
+                # A block its request still holds is shared at most through the prefix cache:
+                # whoever writes it writes the same prefix. The hazard is a block handed on.
+                if block not in held:
+                    readers.setdefault(block, set()).add(job.req_id)
+        violations = []
+        load_writes = [(job.req_id, job.gpu_block_ids, "load") for job in plan.load_jobs]
+        for writer, blocks, kind in [(r, b, "forward") for r, b in writes.items()] + load_writes:
+            for block in blocks:
+                if readers.get(block, {writer}) - {writer}:
+                    violations.append(FenceViolation(step, block, kind))
+        return violations
+
+    def check_loaded_slots(self, live, job: TransferJob, step: int) -> list[PoisonedLoad]:
+        """Every slot a load filled must hold its request's fingerprint; one entry per bad chunk."""
+        bs, tpc = self.block_size, self.tokens_per_chunk
+        start = job.chunk_indices[0] * tpc + job.skip_blocks * bs
+        end = (job.chunk_indices[-1] + 1) * tpc
+        blocks = np.asarray(job.gpu_block_ids, dtype=np.int64)
+        slots = (blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
+        held = self._slot_fp[torch.from_numpy(slots)].numpy()
+        expected = self._fp_arena[live.fp_offset + start:live.fp_offset + end]
+        bad = held != expected
+        if not bad.any():
+            return []
+        positions = np.nonzero(bad)[0] + start
+        return [PoisonedLoad(step, live.req_id, chunk, int(((positions // tpc) == chunk).sum()))
+                for chunk in sorted(set((positions // tpc).tolist()))]

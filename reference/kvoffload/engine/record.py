@@ -42,6 +42,10 @@ class RunRecord:
     admitted_prompt_tokens: int = 0
     connector_hit_tokens_admitted: int = 0
     preemptions: int = 0
+    # Every answered get_num_new_matched_tokens call (re-admissions and repeats included) and
+    # the tokens it asked about (the prompt beyond the GPU prefix hit); deferred calls excluded.
+    connector_lookups: int = 0
+    connector_lookup_tokens: int = 0
     poisoned: list[PoisonedLoad] = field(default_factory=list)
     fence_violations: list[FenceViolation] = field(default_factory=list)
     continuations: list[Continuation] = field(default_factory=list)

@@ -18,7 +18,7 @@ copy happens a step later from blocks that a new owner has overwritten.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.types import BlockId, JobId, StepPlan, TransferJob, TransferKind, TransferResult
@@ -51,9 +51,11 @@ class WorkerStats:
 
 
 class WorkerConnector:
-    def __init__(self, handler: TransferHandler, fixes: Fixes | None = None) -> None:
+    def __init__(self, handler: TransferHandler, fixes: Fixes | None = None,
+                 on_store_submitted: Callable[[TransferJob], None] | None = None) -> None:
         self.handler = handler
         self.fixes = fixes if fixes is not None else Fixes()
+        self._on_store_submitted = on_store_submitted  # the engine's observer: store delays
         self._unsubmitted_stores: list[TransferJob] = []  # the only queue of deferred stores
         self._current_plan: StepPlan | None = None  # from handle_preemptions until get_finished
         self._stores_to_defer: tuple[TransferJob, ...] = ()  # its stores get_finished will queue
@@ -140,6 +142,8 @@ class WorkerConnector:
         for job in queued:
             self.handler.submit_store(job)
             self._kind_of_submitted[job.job_id] = TransferKind.STORE
+            if self._on_store_submitted is not None:
+                self._on_store_submitted(job)
 
 
 __all__ = ["DirectionTotals", "WorkerConnector", "WorkerStats"]

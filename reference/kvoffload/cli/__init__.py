@@ -1,0 +1,41 @@
+"""The ``kvoffload`` command line.
+
+Exit codes: 0 success; 1 the run failed (a connector crash: the result file records it);
+2 bad input (usage, flags, workload file or trace, --set key or value, output path): one line
+naming what was wrong, nothing written; 130 interrupted (Ctrl-C): one line, nothing half-written.
+
+Layout: ``app`` (the parser, dispatch and the exit-code mapping), ``flags`` (argparse actions
+that refuse a repeated flag), ``outputs`` (every output path checked before any work), one
+module per command (``run``, ``bench``, ``info``). A new command is a module with a
+``register(subparsers)`` function, listed in ``app.COMMANDS``.
+
+This module imports nothing heavy: torch loads inside ``main``, so a Ctrl-C in the first
+seconds is caught like any other.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process killed by Ctrl-C
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        from kvoffload.cli.app import dispatch
+
+        return dispatch(argv)
+    except KeyboardInterrupt:
+        return interrupted()
+
+
+def interrupted() -> int:
+    try:
+        print("kvoffload: interrupted", file=sys.stderr)
+    except (KeyboardInterrupt, OSError):  # a second Ctrl-C, or stderr gone: the exit code says it
+        pass
+    return INTERRUPTED
+
+
+__all__ = ["INTERRUPTED", "main"]

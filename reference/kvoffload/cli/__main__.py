@@ -1,0 +1,5 @@
+import sys
+
+from kvoffload.cli import main
+
+sys.exit(main())

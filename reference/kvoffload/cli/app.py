@@ -1,0 +1,48 @@
+"""The parser, the dispatch to one command module, and the mapping of errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from kvoffload.cli import bench, info, run
+from kvoffload.cli.flags import UsageError
+from kvoffload.core.types import ConfigError
+from kvoffload.results import ResultError
+from kvoffload.workloads import WorkloadError
+
+# Each module's register(subparsers) adds its subcommand(s), in this order in --help.
+COMMANDS = (run, bench, info)
+
+# Everything that means "the input was wrong": one line, exit 2.
+BAD_INPUT = (UsageError, WorkloadError, ConfigError, ResultError, OSError)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kvoffload.cli import __doc__ as doc
+
+    parser = _Parser(prog="kvoffload", description=doc.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def dispatch(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.handler(args)
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except BAD_INPUT as error:
+        message = str(error).splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"kvoffload: error: {message}", file=sys.stderr)
+        return 2

@@ -1,0 +1,87 @@
+"""``kvoffload bench``: the bundled workloads x the reference connector and the vLLM presets."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from kvoffload.cli.flags import Once, OnceTrue
+from kvoffload.cli.outputs import check_output_dir, check_output_file
+from kvoffload.cli.run import replay, slug
+from kvoffload.metrics import format_value
+from kvoffload.results import write_atomic
+from kvoffload.runner import ConnectorChoice
+from kvoffload.workloads import load_workload
+
+BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
+BENCH_CONNECTORS = (None, "vllm-0.25", "vllm-0.26", "vllm-0.29", "vllm-0.30")
+# The metrics of the one-screen comparison, in order, with their column headings.
+TABLE_METRICS = (
+    "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
+    "leaked_requests", "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
+    "tokens_per_s_modeled", "connector_us_per_step",
+)
+SHORT_NAMES = {
+    "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload", "gpu_hit_rate": "gpu",
+    "poisoned_loads": "poison", "lifecycle_violations": "lifecyc", "leaked_requests": "leaked",
+    "crashes": "crash", "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
+    "tokens_per_s_modeled": "tok/s(mod)", "connector_us_per_step": "us/step",
+}
+
+
+def register(sub) -> None:
+    bench = sub.add_parser("bench", help="the main job: bundled workloads x reference and vLLM presets")
+    bench.add_argument("--small", action=OnceTrue, help="the -small workloads (seconds, for a smoke run)")
+    bench.add_argument("--out-dir", action=Once, type=Path, default=Path("results/runs"))
+    bench.add_argument("--quiet", action=OnceTrue)
+    bench.set_defaults(handler=_cmd_bench)
+
+
+def summary_name(small: bool) -> str:
+    """The small bench keeps its own summary: it must never replace the full-size one."""
+    return "bench-summary-small.json" if small else "bench-summary.json"
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    out_dir = check_output_dir("--out-dir", args.out_dir)
+    suffix = "-small" if args.small else ""
+    workloads = [load_workload(name + suffix) for name in BENCH_WORKLOADS]
+    choices = [ConnectorChoice.build(preset) for preset in BENCH_CONNECTORS]
+    plan = [(workload, choice, out_dir / f"bench-{slug(workload.name)}-{slug(choice.label)}.json")
+            for workload in workloads for choice in choices]
+    summary = out_dir / summary_name(args.small)
+    for _, _, path in plan:
+        check_output_file("--out-dir", path, create_parents=True)
+    check_output_file("--out-dir", summary, create_parents=True)
+    rows = []
+    started = time.perf_counter()
+    for index, (workload, choice, path) in enumerate(plan):
+        outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ")
+        write_atomic(path, outcome.result)
+        rows.append((workload.name, choice.label, outcome.result["metrics"], outcome.failed))
+    elapsed = time.perf_counter() - started
+    write_atomic(summary, {
+        "schema": "kvoffload-bench/bench/v1", "seconds": round(elapsed, 1),
+        "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f} for w, c, m, f in rows]})
+    print(_bench_table(rows))
+    print(f"\n{len(rows)} runs in {elapsed:.0f} s; results in {out_dir}/ (summary {summary.name})")
+    return 0
+
+
+def _bench_table(rows) -> str:
+    headers = ["workload", "connector"] + [SHORT_NAMES[name] for name in TABLE_METRICS]
+    body = [[w, c] + [format_value(name, m[name]) for name in TABLE_METRICS] for w, c, m, _ in rows]
+    widths = [max(len(str(row[i])) for row in [headers] + body) for i in range(len(headers))]
+    lines = ["  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(headers))]
+    lines.append("  ".join("-" * w for w in widths))
+    previous = None
+    for row in body:
+        if previous is not None and row[0] != previous:
+            lines.append("")
+        previous = row[0]
+        lines.append("  ".join(str(v).ljust(widths[i]) if i < 2 else str(v).rjust(widths[i])
+                               for i, v in enumerate(row)))
+    legend = ("last-blk: last_block_hit_rate  offload/gpu: hit rates  poison: poisoned_loads  "
+              "submit50/visib99: store delays (steps)  tok/s(mod): tokens_per_s_modeled")
+    return "\n".join(lines + ["", legend])

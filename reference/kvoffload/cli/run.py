@@ -1,0 +1,120 @@
+"""``kvoffload run``: replay one workload through one connector configuration."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
+from kvoffload.cli.outputs import check_distinct, check_output_file
+from kvoffload.core.fixes import PRESETS, Fixes
+from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
+from kvoffload.results import write_atomic
+from kvoffload.runner import ConnectorChoice, RunOutcome, chrome_trace, replay_workload
+from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload
+
+
+def register(sub) -> None:
+    run = sub.add_parser("run", help="replay one workload through one connector configuration")
+    run.add_argument("--workload", action=Once, default=DEFAULT_WORKLOAD,
+                     help="NAME | PATH.toml | mooncake:FILE | sharegpt:FILE")
+    run.add_argument("--scheduling", action=Once, choices=("sync", "async"))
+    run.add_argument("--disable-fix", action=Each, default=[], metavar="NAME")
+    run.add_argument("--preset", action=Once, metavar="NAME", help=f"one of {', '.join(PRESETS)}")
+    run.add_argument("--set", action=Each, default=[], metavar="KEY=VALUE", dest="settings")
+    run.add_argument("--out", action=Once, type=Path, help="result JSON (default results/runs/<workload>-<label>.json)")
+    run.add_argument("--quiet", action=OnceTrue, help="no progress bar")
+    run.add_argument("--trace", action=Once, type=Path, metavar="FILE",
+                     help="also write the jobs as a Chrome trace (JSON)")
+    run.set_defaults(handler=_cmd_run)
+
+
+def parse_settings(settings: Sequence[str], scheduling: str | None = None) -> dict[str, str]:
+    """``--set KEY=VALUE`` strings (and ``--scheduling``) as a dict; a key set twice is an error."""
+    parsed: dict[str, str] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--set expects KEY=VALUE, got {item!r}")
+        if key in parsed:
+            raise UsageError(f"--set {key} given twice ({parsed[key]!r} and {value.strip()!r}): give it once")
+        parsed[key] = value.strip()
+    if scheduling is not None:
+        if "scheduling" in parsed:
+            raise UsageError(f"--scheduling {scheduling} and --set scheduling={parsed['scheduling']}: "
+                             f"give the scheduling once")
+        parsed["scheduling"] = scheduling
+    return parsed
+
+
+def connector_choice(preset: str | None, disabled: Sequence[str]) -> ConnectorChoice:
+    """The connector of ``--preset``/``--disable-fix``; disabling a fix the preset already lacks is
+    an error (the label would name a change that is not one)."""
+    choice = ConnectorChoice.build(preset, tuple(disabled))  # unknown names: ConfigError
+    if preset is not None:
+        lacking = set(Fixes.preset(preset).disabled())
+        for name in disabled:
+            if name in lacking:
+                raise UsageError(f"--disable-fix {name}: preset {preset} already lacks this fix")
+    return choice
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    overrides = parse_settings(args.settings, args.scheduling)
+    choice = connector_choice(args.preset, args.disable_fix)
+    outputs = []
+    if args.out is not None:
+        outputs.append(("--out", check_output_file("--out", args.out)))
+    if args.trace is not None:
+        outputs.append(("--trace", check_output_file("--trace", args.trace)))
+    check_distinct(outputs)
+    workload = load_workload(args.workload, overrides)
+    out = args.out
+    if out is None:
+        out = check_output_file("--out", Path("results/runs") / f"{slug(workload.name)}-{slug(choice.label)}.json",
+                                create_parents=True)
+        check_distinct(outputs + [("--out", out)])
+    outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None)
+    write_atomic(out, outcome.result)
+    if args.trace is not None:
+        write_atomic(args.trace, chrome_trace(outcome.record))
+    print(_run_table(outcome))
+    print(f"\nresult: {out}")
+    if outcome.failed:
+        error = outcome.result["error"]
+        print(f"kvoffload: run failed at step {error['step']}: {error['message']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False) -> RunOutcome:
+    if quiet:
+        return replay_workload(workload, choice, trace=trace)
+    from tqdm import tqdm
+
+    with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
+              file=sys.stderr, leave=False, dynamic_ncols=True) as bar:
+        def on_step(step: int, finished: int) -> None:
+            if finished > bar.n:
+                bar.update(finished - bar.n)
+        return replay_workload(workload, choice, on_step=on_step, trace=trace)
+
+
+def _run_table(outcome: RunOutcome) -> str:
+    result = outcome.result
+    metrics = result["metrics"]
+    config = result["config"]
+    head = (f"workload {result['workload']['name']} ({result['workload']['requests']} requests, "
+            f"{config['scheduling']} scheduling)   connector {result['connector']['label']}")
+    width = max(len(name) for name in METRIC_NAMES)
+    lines = [head, "-" * len(head)]
+    for name, _, meaning in GLOSSARY:
+        lines.append(f"{name:<{width}}  {format_value(name, metrics[name]):>12}   {meaning}".rstrip())
+    return "\n".join(lines)
+
+
+def slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in ".-" else "_" for c in text.replace(" -", "-no-")).strip("_")

@@ -1,0 +1,152 @@
+"""What a run records besides the KV content: the observer behind :class:`RunRecord`.
+
+It notes each first admission (hit tokens, continuations), when every chunk's KV was fully
+written and when its store was submitted and became visible (store delays), the transfer trace,
+the modelled step time, the wall time spent inside connector calls, and the result of every
+invariant check. It decides nothing: the scheduler model and the engine call it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from kvoffload.core.types import RequestStatus, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.engine.cost import HardwareProfile
+from kvoffload.engine.live import LiveRequest
+from kvoffload.engine.record import Continuation, RunRecord
+
+
+@dataclass(slots=True)
+class OpenStore:
+    """A store job from its plan until its completion is processed."""
+
+    job: TransferJob
+    written_at: list[int]  # per chunk: the step its KV was fully written
+    submitted: bool = False  # handed to the transfer handler
+
+
+class RunObserver:
+    def __init__(self, profile: HardwareProfile, block_size: int, tokens_per_chunk: int, trace: bool):
+        self.record = RunRecord()
+        self.profile = profile
+        self.block_size = block_size
+        self.tokens_per_chunk = tokens_per_chunk
+        self.trace = trace
+        self.step = 0  # the engine step in progress
+        self.open_stores: dict[int, OpenStore] = {}  # store job id -> (built, completion unprocessed)
+        self._chunk_written_at: dict[tuple[str, int], int] = {}
+
+    def timed(self, call, *args):
+        """Call a connector method, adding its wall time to ``connector_seconds``."""
+        started = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self.record.connector_seconds += time.perf_counter() - started
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def arrived(self, live: LiveRequest) -> None:
+        self.record.requests += 1
+        self.record.prompt_tokens += live.spec.num_prompt_tokens
+
+    def admitted(self, live: LiveRequest, num_local: int, hits: int, parent: LiveRequest | None) -> None:
+        """A request's first admission: its hit tokens, and whether it continues its parent."""
+        if live.admitted:
+            return
+        live.admitted = True
+        record = self.record
+        record.gpu_hit_tokens += num_local
+        record.admitted_prompt_tokens += live.req.num_tokens
+        record.connector_hit_tokens_admitted += hits
+        if parent is None:
+            return
+        tpc = self.tokens_per_chunk
+        # Positions a forward pass wrote: all but the final sampled token's; an aborted request
+        # only got as far as it was computed.
+        written = parent.req.num_tokens - 1
+        if parent.status is RequestStatus.FINISHED_ABORTED:
+            written = min(written, parent.req.num_computed_tokens)
+        last_chunk_end = (written // tpc) * tpc  # end of its last fully-written chunk
+        prompt = live.spec.prompt_token_ids
+        if last_chunk_end == 0 or parent.truth[:last_chunk_end] != prompt[:last_chunk_end]:
+            return
+        eligible = num_local < last_chunk_end
+        record.continuations.append(Continuation(live.req_id, parent.req_id, eligible,
+                                                 eligible and num_local + hits >= last_chunk_end))
+
+    def looked_up(self, num_tokens: int) -> None:
+        """get_num_new_matched_tokens answered (not deferred) about ``num_tokens`` tokens."""
+        self.record.connector_lookups += 1
+        self.record.connector_lookup_tokens += num_tokens
+
+    def preempted(self, live: LiveRequest) -> None:
+        self.record.preemptions += 1
+
+    def sampled(self, count: int) -> None:
+        self.record.output_tokens += count
+
+    def finished(self, live: LiveRequest) -> None:
+        self.record.finished_requests += 1
+
+    # ---- the forward and the stores ---------------------------------------------------------
+
+    def forward_written(self, step: int, scheduled: Sequence) -> None:
+        """Chunks whose last slot now holds valid KV (a rejected draft's KV does not count)."""
+        tpc = self.tokens_per_chunk
+        written_at = self._chunk_written_at
+        for item in scheduled:
+            start, end = item.start, item.start + item.num_tokens
+            valid_end = start + 1 + item.accepted if item.num_tokens > 1 and not item.prefill else end
+            for chunk in range(cdiv(start + 1, tpc) - 1, valid_end // tpc):
+                written_at[(item.live.req_id, chunk)] = step
+
+    def plan_built(self, plan: StepPlan, step: int) -> None:
+        for job in plan.store_jobs:
+            self.open_stores[job.job_id] = OpenStore(job, [
+                self._chunk_written_at.get((job.req_id, chunk), step) for chunk in job.chunk_indices])
+        if self.trace:
+            for job in plan.load_jobs + plan.store_jobs:
+                self.record.trace_events.append({"name": f"{job.kind.value} {job.job_id}", "ph": "i", "s": "t",
+                                                 "ts": step, "pid": 0, "tid": job.req_id,
+                                                 "args": {"chunks": list(job.chunk_indices),
+                                                          "flushed": job.job_id in plan.jobs_to_flush}})
+
+    def store_submitted(self, job: TransferJob) -> None:
+        """The worker's hook: a store job reached the transfer handler."""
+        store = self.open_stores[job.job_id]
+        store.submitted = True
+        self.record.store_submit_delays.extend(self.step - written for written in store.written_at)
+
+    def unsubmitted(self, jobs: Sequence[TransferJob]) -> list[TransferJob]:
+        """Those of ``jobs`` not handed to the handler yet (a completed job was submitted)."""
+        open_stores = self.open_stores
+        return [job for job in jobs
+                if job.job_id in open_stores and not open_stores[job.job_id].submitted]
+
+    def store_completed(self, result: TransferResult, step: int) -> bool:
+        """A completion was processed; False if it was not a store's."""
+        store = self.open_stores.pop(result.job_id, None)
+        if store is None:
+            return False
+        self.record.store_visible_delays.extend(step - written for written in store.written_at)
+        return True
+
+    # ---- cost model ---------------------------------------------------------------------------
+
+    def model_step(self, scheduled: Sequence, plan: StepPlan) -> None:
+        prefill = sum(item.num_tokens for item in scheduled if item.prefill)
+        decode = sum(1 for item in scheduled if not item.prefill)
+        tpb = self.block_size
+        loads = sum(len(job.gpu_block_ids) for job in plan.load_jobs) * tpb
+        flushed = (self.open_stores.get(job_id) for job_id in plan.jobs_to_flush)  # this plan's and older
+        flushes = sum(len(store.job.gpu_block_ids) for store in flushed if store is not None) * tpb
+        self.record.scheduled_tokens += sum(item.num_tokens for item in scheduled)
+        self.record.modeled_seconds += self.profile.step_seconds(prefill, decode, loads, flushes)
+
+    # ---- invariants ---------------------------------------------------------------------------
+
+    def invariant_failed(self, step: int, error: AssertionError) -> None:
+        self.record.invariant_failures.append(f"step {step}: {error}")

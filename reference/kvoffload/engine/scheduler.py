@@ -1,0 +1,302 @@
+"""The engine's scheduler model: queues, admission, block allocation, preemption, commit.
+
+It plays vLLM's ``Scheduler`` (``vllm/v1/core/sched/scheduler.py``) around the connector under
+test: ``schedule()`` decides a step, ``update_from_output()`` applies its sampled tokens, and
+:meth:`load_landed` lets a request whose load finished run again. Every rule it follows is listed
+with its vLLM version and function in docs/engine.md.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.engine.block_pool import BlockPool
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.live import LiveRequest, Phase
+from kvoffload.engine.observer import RunObserver
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """One request's share of a step, fixed at schedule time."""
+
+    live: LiveRequest
+    start: int  # first position written
+    num_tokens: int  # positions written (1 + drafts while decoding)
+    samples: bool  # the step ends with a sampled token for it
+    accepted: int  # drafts that survive verification
+    generation: int
+    prefill: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What one step's forward and worker poll produced, applied by ``update_from_output``."""
+
+    step: int
+    scheduled: tuple[Scheduled, ...]
+    results: tuple[TransferResult, ...]
+
+
+class LoadInFlight(NamedTuple):
+    live: LiveRequest
+    job: TransferJob
+
+
+class SchedulerModel:
+    def __init__(self, config: EngineConfig, pool: BlockPool, connector, observer: RunObserver,
+                 on_finished: Callable[[LiveRequest, int], None]):
+        self.config = config
+        self.pool = pool
+        self.connector = connector
+        self.observer = observer
+        self._timed = observer.timed
+        self._on_finished = on_finished
+        self.rng = random.Random(config.seed)
+        self.live: dict[str, LiveRequest] = {}
+        self.finished: dict[str, LiveRequest] = {}
+        self.waiting: deque[LiveRequest] = deque()
+        self.running: list[LiveRequest] = []
+        self.finished_since_schedule: list[str] = []
+        self.loads_in_flight: dict[int, LoadInFlight] = {}  # load job id ->
+
+    # ---- arrivals and aborts --------------------------------------------------------------
+
+    def add(self, live: LiveRequest) -> None:
+        self.live[live.req_id] = live
+        self.waiting.append(live)
+        self._timed(self.connector.on_new_request, live.req)
+
+    def abort(self, req_id: str, step: int) -> None:
+        """A scripted abort (after arrivals, before the schedule: a client disconnect)."""
+        live = self.live.get(req_id)
+        if live is None:
+            return  # finished before its abort
+        live.abort_requested = True
+        if live.phase is Phase.LOADING:
+            return  # kept until its load lands (vLLM frees it then)
+        self.finish(live, RequestStatus.FINISHED_ABORTED, step)
+
+    # ---- schedule ---------------------------------------------------------------------------
+
+    def schedule(self, step: int) -> tuple[SchedulerOutput, list[Scheduled], list[str]]:
+        scheduled: list[Scheduled] = []
+        num_scheduled: dict[str, int] = {}
+        new_blocks: dict[str, tuple[int, ...]] = {}
+        preempted: list[str] = []
+        budget = self._schedule_running(scheduled, num_scheduled, new_blocks, preempted)
+        if not preempted:
+            self._schedule_waiting(budget, scheduled, num_scheduled, new_blocks)
+        finished = tuple(self.finished_since_schedule)
+        self.finished_since_schedule = []
+        out = SchedulerOutput(step=step, num_scheduled_tokens=num_scheduled, new_block_ids=new_blocks,
+                              finished_req_ids=finished, preempted_req_ids=tuple(preempted))
+        return out, scheduled, preempted
+
+    def _schedule_running(self, scheduled, num_scheduled, new_blocks, preempted) -> int:
+        """Running requests first, in order; one that cannot get blocks preempts the newest."""
+        cfg = self.config
+        bs = cfg.block_size
+        budget = cfg.max_num_batched_tokens
+        asynchronous = cfg.scheduling == "async"
+        index = 0
+        while index < len(self.running) and budget > 0:
+            live = self.running[index]
+            req = live.req
+            if asynchronous and live.scheduling_cap_reached():
+                index += 1
+                continue
+            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            remaining = known - req.num_computed_tokens
+            drafts = cfg.spec_tokens if remaining == 1 and cfg.spec_tokens else 0
+            count = min(remaining + drafts, budget)
+            if count < remaining + drafts:
+                drafts = 0
+                count = min(remaining, budget)
+            needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
+            while needed > self.pool.num_free:
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted.append(victim.req_id)
+                if victim is live:
+                    break
+            if live.phase is Phase.WAITING:  # it preempted itself
+                break
+            if needed > 0:
+                fresh = self.pool.allocate(needed)
+                live.blocks.extend(fresh)
+                new_blocks[live.req_id] = tuple(fresh)
+            samples = req.num_computed_tokens + count >= known
+            accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
+            self.commit(live, count)
+            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, accepted,
+                                       live.generation, prefill=remaining > 1))
+            num_scheduled[live.req_id] = count
+            budget -= count
+            index += 1
+        return budget
+
+    def _schedule_waiting(self, budget, scheduled, num_scheduled, new_blocks) -> None:
+        """Admit waiting requests in queue order while budget, blocks and seats last."""
+        cfg = self.config
+        bs = cfg.block_size
+        asynchronous = cfg.scheduling == "async"
+        skipped: list[LiveRequest] = []
+        # Once a request could not get blocks, only requests whose load landed may still start:
+        # they hold their blocks already, and running them is what frees blocks again.
+        blocked = False
+        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            live = self.waiting.popleft()
+            req = live.req
+            if live.phase is Phase.LOADING or (blocked and live.phase is not Phase.LOADED):
+                skipped.append(live)
+                continue
+            if live.phase is Phase.LOADED:  # continue after the loaded tokens
+                count = min(req.num_tokens - req.num_computed_tokens, budget)
+                needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
+                if needed > self.pool.num_free:
+                    skipped.append(live)
+                    blocked = True
+                    continue
+                live.blocks.extend(self.pool.allocate(needed))
+            else:
+                local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs)
+                num_local = len(local_blocks) * bs
+                hits, _ = self._timed(self.connector.get_num_new_matched_tokens, req, num_local)
+                if hits is None:  # the connector asks to be asked again
+                    skipped.append(live)
+                    continue
+                self.observer.looked_up(req.num_tokens - num_local)
+                count = 0 if hits else min(req.num_tokens - num_local, budget)
+                # A load gets blocks for its whole prompt at once, so that once it lands it can
+                # run without asking for more (a request holding blocks must be able to finish).
+                needed = cdiv(req.num_tokens if hits else num_local + count, bs) - len(local_blocks)
+                if needed > self.pool.num_free_after_taking(local_blocks):
+                    skipped.append(live)
+                    blocked = True
+                    continue
+                parent_id = live.spec.parent
+                self.observer.admitted(live, num_local, hits, self.finished.get(parent_id) if parent_id else None)
+                self.pool.take(local_blocks)
+                live.blocks = local_blocks + self.pool.allocate(needed)
+                live.num_committed_blocks = len(local_blocks)
+                req.num_computed_tokens = num_local
+                self._timed(self.connector.update_state_after_alloc, req, tuple(live.blocks), hits)
+                if hits:  # its job id arrives with the plan
+                    live.loaded_tokens = num_local + hits
+                    live.phase = Phase.LOADING
+                    req.status = RequestStatus.WAITING_FOR_LOAD
+                    skipped.append(live)
+                    continue
+            live.phase = Phase.RUNNING
+            self.running.append(live)
+            new_blocks[live.req_id] = tuple(live.blocks)
+            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            samples = req.num_computed_tokens + count >= known
+            self.commit(live, count)
+            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, 0, live.generation,
+                                       prefill=True))
+            num_scheduled[live.req_id] = count
+            budget -= count
+        for live in reversed(skipped):
+            self.waiting.appendleft(live)
+
+    def commit(self, live: LiveRequest, num_new: int) -> None:
+        """vLLM caches blocks when it allocates them, for the tokens known at that moment:
+        min(computed + new, num_tokens). Drafts and async placeholders are not in num_tokens."""
+        req = live.req
+        full_blocks = min(req.num_computed_tokens + num_new, req.num_tokens) // self.config.block_size
+        if full_blocks > live.num_committed_blocks:
+            self.pool.commit(live.blocks, req.block_hashes, live.num_committed_blocks, full_blocks)
+            live.num_committed_blocks = full_blocks
+
+    def _preempt(self, live: LiveRequest) -> None:
+        """Recompute preemption: blocks back to the pool, progress forgotten, front of the queue."""
+        self.pool.free(live.blocks)
+        live.blocks = []
+        live.num_committed_blocks = 0
+        live.req.num_computed_tokens = 0
+        live.req.status = RequestStatus.PREEMPTED
+        live.phase = Phase.WAITING
+        live.generation += 1
+        live.pending_outputs = 0
+        self.waiting.appendleft(live)
+        self.observer.preempted(live)
+
+    def after_schedule(self, scheduled: list[Scheduled]) -> None:
+        """vLLM's ``_update_after_schedule``: counters advance after the connector's build."""
+        asynchronous = self.config.scheduling == "async"
+        for item in scheduled:
+            item.live.req.num_computed_tokens += item.num_tokens
+            item.live.req.status = RequestStatus.RUNNING
+            if item.samples and asynchronous:
+                item.live.pending_outputs += 1
+
+    def plan_built(self, plan: StepPlan) -> None:
+        for job in plan.load_jobs:
+            self.loads_in_flight[job.job_id] = LoadInFlight(self.live[job.req_id], job)
+
+    # ---- update_from_output -----------------------------------------------------------------
+
+    def update_from_output(self, output: StepOutput) -> None:
+        """Append each scheduled request's samples (drafts verified) and finish what stopped."""
+        step = output.step
+        for item in output.scheduled:
+            live = item.live
+            if item.samples and live.pending_outputs and item.generation == live.generation:
+                live.pending_outputs -= 1
+            if live.status.is_finished or item.generation != live.generation:
+                continue  # output of a finished (async extra step) or preempted request: dropped
+            req = live.req
+            if item.samples:
+                count = item.accepted + 1
+                tokens = live.truth[req.num_tokens:req.num_tokens + count]
+                req.append_tokens(tokens)
+                live.num_outputs += len(tokens)
+                self.observer.sampled(len(tokens))
+                rejected = item.num_tokens - 1 - item.accepted if not item.prefill else 0
+                req.num_computed_tokens -= rejected
+            if live.num_outputs >= live.spec.max_tokens:
+                status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
+                self.finish(live, status, step)
+
+    def load_landed(self, live: LiveRequest, step: int) -> None:
+        """finished_recving: the request may run after its hit (or finish, if aborted meanwhile)."""
+        if live.abort_requested:
+            self.finish(live, RequestStatus.FINISHED_ABORTED, step)
+            return
+        req = live.req
+        # A full hit still recomputes the last token: something must produce the next sample.
+        req.num_computed_tokens = min(live.loaded_tokens, req.num_tokens - 1)
+        live.phase = Phase.LOADED
+        req.status = RequestStatus.WAITING
+        self.commit(live, 0)
+
+    def finish(self, live: LiveRequest, status: RequestStatus, step: int) -> None:
+        live.req.status = status
+        live.phase = Phase.FINISHED
+        if live in self.running:
+            self.running.remove(live)
+        if live in self.waiting:
+            self.waiting.remove(live)
+        self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
+        self.pool.free(live.blocks)
+        live.blocks = []
+        del self.live[live.req_id]
+        self.finished[live.req_id] = live
+        self.finished_since_schedule.append(live.req_id)
+        self.observer.finished(live)
+        self._on_finished(live, step)
+
+    # ---- state for the engine -----------------------------------------------------------------
+
+    def blocks_in_use(self) -> int:
+        return sum(len(live.blocks) for live in self.live.values())
+
+    def blocks_held_by(self, req_id: str) -> set[int] | tuple:
+        owner = self.live.get(req_id)
+        return set(owner.blocks) if owner is not None else ()
