@@ -6,8 +6,10 @@ follow-up turns, aborts (queued, mid-prefill, decoding, loading), preemptions (a
 pool), reset_cache, manager allocation failures, failed stores and loads, speculative decoding
 with rejections, sync and async scheduling, 1 or 4 blocks per chunk, several workers. Then:
 
-- after every step (safety): the connector's and the pool's invariants (the engine, strict), and
-  every chunk the tier calls ready holds exactly the KV of the prefix its key names;
+- after every step (safety): the connector's and the pool's invariants (the engine, strict),
+  every chunk the tier calls ready holds exactly the KV of the prefix its key names, and every
+  computed position of every live request holds its prefix's KV (GPU prefix hits and recomputes
+  after failed loads included);
 - at the end (liveness): every request finished within the step bound, nothing tracked, nothing
   pending in the tier, no crash, poison, fence violation or lifecycle violation;
 - when the tier is large enough to never evict, nothing is reset and no copy or allocation fails
@@ -27,6 +29,8 @@ import numpy as np
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+
+from story import wrong_computed_slots
 
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.request import Request
@@ -123,17 +127,14 @@ class TierOracle:
             assert (held == self.expected[key]).all(), f"tier slot {chunk.slot} serves wrong KV for its key"
 
 
-def finished_requests(eng: Engine):
-    scheduler = getattr(eng, "scheduler", None)
-    return scheduler.finished if scheduler is not None and hasattr(scheduler, "finished") else eng._finished
-
-
 def replay_program(program: Program, fixes: Fixes | None = None):
     oracle = TierOracle(program)
     engines: list[Engine] = []
 
     def after_step(step: int, finished: int) -> None:
         oracle.check_ready_chunks(engines[0])
+        wrong = wrong_computed_slots(engines[0])
+        assert not wrong, f"computed positions hold wrong KV: {wrong[:4]}"
 
     eng = Engine(list(program.requests), program.config, fixes if fixes is not None else Fixes(), reset_cache_at=program.resets, strict=True,
                  max_steps=MAX_STEPS, on_step=after_step)
@@ -171,7 +172,7 @@ def check_program(program: Program, fixes: Fixes | None = None) -> None:
         return
     # Infinite capacity, no disturbance: what a correct connector must have stored and served.
     tpc = program.config.tokens_per_chunk
-    for req_id, live in finished_requests(eng).items():
+    for req_id, live in eng.scheduler.finished.items():
         req = live.req
         if req.status is RequestStatus.FINISHED_ABORTED:
             written = req.num_computed_tokens

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+import torch
+
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.manager import LookupResult
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import Engine
+from kvoffload.engine.oracle import as_signed, prefix_fingerprints
 from kvoffload.engine.record import RunRecord
 from kvoffload.engine.requests import RequestSpec
 
@@ -94,3 +98,22 @@ def pending_reads_as_miss(eng: Engine) -> None:
         return LookupResult.MISS if result is LookupResult.HIT_PENDING else result
 
     manager.lookup = lookup
+
+
+def wrong_computed_slots(eng: Engine) -> list[tuple[str, int]]:
+    """(request, position) of every computed position whose GPU slot does not hold the KV of the
+    request's prefix: what a wrong GPU prefix hit or a recompute that skipped a failed load
+    leaves behind. (The load oracle only checks the slots a load wrote.)"""
+    kv, bs = eng.kv, eng.config.block_size
+    slots = kv.gpu.view(kv.num_gpu_blocks * bs, kv.slot_bytes).view(torch.int64)[:, 0].numpy()
+    wrong = []
+    for live in eng.scheduler.live.values():
+        computed = min(live.req.num_computed_tokens, len(live.truth), len(live.blocks) * bs)
+        if computed == 0:
+            continue
+        expected = as_signed(prefix_fingerprints(np.asarray(live.truth[:computed], dtype=np.int64)))
+        blocks = np.asarray(live.blocks, dtype=np.int64)
+        positions = np.arange(computed)
+        held = slots[blocks[positions // bs] * bs + positions % bs]
+        wrong += [(live.req_id, int(p)) for p in np.nonzero(held != expected)[0]]
+    return wrong

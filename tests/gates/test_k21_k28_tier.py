@@ -40,7 +40,6 @@ class TestK22FailedLoadIsRecomputed:
     report the load's blocks, and the engine recompute those 8 tokens: no crash, no garbage
     served, C finishes, and it computes 8 positions more than with a good load."""
 
-    @pytest.mark.xfail(strict=True, reason="the engine's recompute hunk lands with the engine carve")
     @pytest.mark.parametrize("scheduling", SCHEDULINGS)
     def test_the_failed_tokens_are_computed_again(self, scheduling):
         config = TINY.replace(scheduling=scheduling)

@@ -8,7 +8,7 @@ import pytest
 
 from kvoffload.core.fixes import Fixes
 from kvoffload.engine.config import EngineConfig
-from kvoffload.engine.engine import replay
+from kvoffload.engine.engine import Engine, replay
 from kvoffload.engine.record import Continuation, FenceViolation, PoisonedLoad, RunRecord
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.metrics import METRIC_NAMES, compute_metrics, percentile
@@ -108,3 +108,25 @@ def test_a_fence_violation_made_on_purpose_is_counted():
     assert compute_metrics(broken)["fence_violations"] == len(broken.fence_violations) == 1
     assert compute_metrics(broken)["poisoned_loads"] == 1
     assert compute_metrics(fixed)["fence_violations"] == compute_metrics(fixed)["poisoned_loads"] == 0
+
+
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_last_block_of_a_parent_whose_length_is_a_multiple_of_the_chunk(scheduling):
+    """A: prompt 6 + 2 outputs = 8 tokens, a multiple of the 4-token chunk. Its final token is
+    never computed, so its last fully-written chunk is chunk 0 (positions 0-3), not chunk 1. The
+    GPU cache forgets A before C (A's 8 tokens + 4) arrives: C gets chunk 0 from the connector,
+    which is all the metric may ask for: 1 eligible continuation, served (1.0)."""
+    config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8,
+                          max_num_batched_tokens=64, scheduling=scheduling)
+    a = RequestSpec("A", tuple(range(10, 16)), (20, 21))
+    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + (30, 31, 32, 33), (40, 41),
+                    parent="A", think_steps=3)
+    engines = []
+
+    def forget_gpu_cache(next_step, finished):
+        if finished:
+            engines[0].pool.uncache_free_blocks()
+
+    engines.append(Engine([a, c], config, Fixes(), max_steps=200, on_step=forget_gpu_cache))
+    metrics = compute_metrics(engines[0].run())
+    assert (metrics["last_block_eligible"], metrics["last_block_hit_rate"]) == (1, 1.0)
