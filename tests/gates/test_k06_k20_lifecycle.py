@@ -69,17 +69,19 @@ class TestK07AbortOfAQueuedRequest:
 
 
     @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    @pytest.mark.parametrize("budget, bad_slots", [(6, 2), (7, 1)])
     @pytest.mark.parametrize("fixed", [True, False])
-    def test_abort_mid_prefill_stores_only_computed_tokens(self, scheduling, fixed):
-        """vLLM #49285: budget 6, A (40-token prompt) is aborted after its first step: 6 tokens
-        computed, blocks for positions 0-7. Only chunk 0 is written; the prompt as watermark
-        stores chunk 1 with slots 6 and 7 never written, and C (A's prompt + 4) loads them."""
+    def test_abort_mid_prefill_stores_only_computed_tokens(self, scheduling, budget, bad_slots, fixed):
+        """vLLM #49285: A (40-token prompt) is aborted after its first step, with 6 or 7 tokens
+        computed and blocks for positions 0-7. Only chunk 0 is written; the prompt as watermark
+        stores chunk 1 with its unwritten slots (6-7, or 7), and C (A's prompt + 4) loads them.
+        Seven computed tokens is the case a watermark one token too far gets wrong."""
         a = RequestSpec("A", tokens(1, 40), tokens(2, 2), abort_after_steps=1)
         c = RequestSpec("C", a.prompt_token_ids + tokens(3, 4), tokens(4, 2), arrival_step=5)
-        record = run([a, c], TINY.replace(max_num_batched_tokens=6, scheduling=scheduling),
+        record = run([a, c], TINY.replace(max_num_batched_tokens=budget, scheduling=scheduling),
                      None if fixed else without("aborted_watermark"))
         assert stored_chunks(record, "A") == ({0} if fixed else {0, 1})
-        assert poisoned(record) == ([] if fixed else [("C", 1, 2)])
+        assert poisoned(record) == ([] if fixed else [("C", 1, bad_slots)])
 
 
 class TestK08CompletionForAnAbortedRequest:
