@@ -34,6 +34,20 @@ class TestK21ResetReallyClears:
         assert (record.gpu_hit_tokens, record.connector_hit_tokens_admitted) == (0, 0 if reset else 8)
 
 
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_a_request_running_across_the_reset_stores_its_chunks_again(self, scheduling):
+        """R (prompt 16, 12 outputs) stored chunks 0-3 in step 0; reset_cache at step 3 drops them.
+        R must offer them again (its store cursor rewinds): they are stored at step 3, and F (R's
+        prompt + 4, after the GPU cache forgot R) gets all 16 tokens from the connector."""
+        r = RequestSpec("R", tokens(1, 16), tokens(2, 12))
+        f = RequestSpec("F", r.prompt_token_ids + tokens(3, 4), tokens(4, 1), parent="R", think_steps=2)
+        record = run([r, f], TINY.replace(scheduling=scheduling), strict=True, reset_cache_at=[3],
+                     forget_gpu_cache_before=tuple(range(4, 40)))
+        assert healthy(record)
+        assert [e["args"]["chunks"] for e in record.trace_events if e["ts"] == 3] == [[0, 1, 2, 3]]
+        assert record.connector_hit_tokens_admitted == 16
+
+
 class TestK22FailedLoadIsRecomputed:
     """vLLM #39732 / #52838 / #54733. C's load of chunks 0-1 fails (the handler scribbles the
     destination blocks and reports success=False). The worker must pass that on, the connector
