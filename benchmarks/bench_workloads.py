@@ -22,14 +22,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-# kvoffload is imported inside the functions that replay: asv starts a fresh process for every
-# benchmark and parameter, and a track_ process only reads the cached metrics (no torch import).
+# The preset list is pure Python (no torch). The rest of kvoffload is imported inside the
+# functions that replay: asv starts a fresh process for every benchmark and parameter, and a
+# track_ process only reads the cached metrics (no torch import).
+from kvoffload.core.fixes import PRESETS
 
 # The suite reads workload definitions from this checkout: asv may run the package from a wheel,
 # which does not carry the repository's workloads/ folder.
 WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 
-CONNECTORS = ["reference", "vllm-0.25", "vllm-0.26", "vllm-0.29"]
+CONNECTORS = ["reference", *PRESETS]  # the reference, then every vLLM preset (core/fixes.py)
 
 
 def workload_spec(name: str) -> str:
@@ -103,10 +105,11 @@ class _ReplayTracks:
     track_last_block_miss_rate.unit = "ratio"
 
     def track_offload_miss_rate(self, cache, connector):
-        """1 - connector hit tokens / tokens queried from the connector."""
+        """1 - offload_hit_rate: per admission, tokens the connector supplied / tokens asked."""
         return _value(cache, connector, "offload_miss_rate")
 
     track_offload_miss_rate.unit = "ratio"
+    track_offload_miss_rate.version = "2"  # per admission since issue 15 (was: every lookup, repeats too)
 
     def track_gpu_miss_rate(self, cache, connector):
         return _value(cache, connector, "gpu_miss_rate")

@@ -1,46 +1,77 @@
-"""The metrics of a run, named exactly as DESIGN.md's glossary (JSON keys = chart labels).
+"""The metrics of a run: the glossary below is their one definition (JSON keys = chart labels).
 
-Deterministic (the same command gives the same value): every count, hit rate, delay and
-``tokens_per_s_modeled``. Measured on this machine (vary run to run): ``connector_us_per_step``,
-``copy_gb_per_s``, ``sim_requests_per_s``.
+Deterministic (the same command gives the same value): every metric but those whose definition
+starts with "*measured*", which vary run to run on this machine. The README's "Metrics" table is
+generated from ``GLOSSARY`` (``python scripts/readme_tables.py``; a test keeps them equal).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from kvoffload.engine.record import RunRecord
 
-# (key, direction for readers, one-line definition) in table order.
-GLOSSARY: tuple[tuple[str, str, str], ...] = (
-    ("last_block_hit_rate", "higher", "continuations whose parent's last fully-written chunk (below "
-     "num_tokens - 1) was not in the GPU prefix cache at admission: share the connector served"),
-    ("last_block_eligible", "info", "number of such continuations"),
-    ("offload_hit_rate", "higher", "connector hit tokens / tokens queried from the connector"),
-    ("gpu_hit_rate", "higher", "GPU prefix-cache hit tokens / prompt tokens (first admissions)"),
-    ("poisoned_loads", "zero", "loaded chunks that fail the KV content oracle"),
-    ("lifecycle_violations", "zero", "manager calls out of lifecycle order (strict mode)"),
-    ("leaked_requests", "zero", "requests the connector still tracks after the drain"),
-    ("stuck_requests", "zero", "requests never scheduled again (no progress for 200 steps)"),
-    ("crashes", "zero", "1 if the connector died (assert, KeyError); the run stops there"),
-    ("fence_violations", "zero", "GPU blocks written for another request before a pending store copied them"),
-    ("store_submit_delay_steps_p50", "lower", "steps from a chunk's KV fully written to its store's submission"),
-    ("store_submit_delay_steps_p99", "lower", ""),
-    ("store_visible_delay_steps_p50", "lower", "steps from fully written to complete_store (loadable)"),
-    ("store_visible_delay_steps_p99", "lower", ""),
-    ("connector_us_per_step", "lower", "wall time in connector calls per step, both sides (measured)"),
-    ("tokens_per_s_modeled", "higher", "output tokens / modelled seconds (cost model, hardware profile)"),
-    ("copy_gb_per_s", "higher", "bytes moved by the worker / seconds of copy time (measured)"),
-    ("sim_requests_per_s", "higher", "requests replayed per second of simulator wall time (measured)"),
-    ("requests", "info", "requests replayed"),
-    ("steps", "info", "engine steps"),
-    ("prompt_tokens", "info", "prompt tokens"),
-    ("output_tokens", "info", "output tokens sampled"),
-    ("preemptions", "info", "recompute preemptions"),
+
+class Metric(NamedTuple):
+    name: str  # key in the result JSON's "metrics"
+    better: str  # "higher", "lower", "zero" (anything else is a bug) or "info"
+    definition: str
+
+
+MEASURED_MARK = "*measured*: "
+
+# One row per metric, in table order. Add a metric here and in compute_metrics; nothing else.
+GLOSSARY: tuple[Metric, ...] = (
+    Metric("last_block_hit_rate", "higher", "of continuation requests (prompt extends a finished request's "
+           "tokens) whose parent's last fully-written chunk was not in the GPU prefix cache at admission, "
+           "the share the connector served. A fully-written chunk covers only positions below the parent's "
+           "`num_tokens - 1` (below its computed tokens if it was aborted). `-` when no request was eligible"),
+    Metric("last_block_eligible", "info", "number of such continuations"),
+    Metric("offload_hit_rate", "higher", "per admission (a request's first, and each one after a preemption, "
+           "counted once however many lookups it took): tokens the connector supplied / tokens asked (the "
+           "prompt beyond the GPU prefix hit)"),
+    Metric("repeated_lookups", "info", "connector lookups that answered but did not end in an admission (the "
+           "request could not get blocks and was looked up again)"),
+    Metric("gpu_hit_rate", "higher", "GPU prefix-cache hit tokens / prompt tokens, first admissions"),
+    Metric("poisoned_loads", "zero", "loaded chunks whose slots fail the KV content oracle"),
+    Metric("lifecycle_violations", "zero", "manager calls out of lifecycle order for a request (strict mode)"),
+    Metric("leaked_requests", "zero", "requests the connector still tracks after the run drained"),
+    Metric("stuck_requests", "zero", "requests left waiting when nothing progressed for 200 steps, or "
+           "alive when the progress watchdog or the max_steps cap stopped the run"),
+    Metric("crashes", "zero", "1 if the connector died (an assert or KeyError of the modelled release); "
+           "the run stops there"),
+    Metric("livelock", "zero", "1 if the progress watchdog stopped the run: no request finished and no "
+           "position was computed past its earlier high-water mark for the watchdog window (docs/engine.md); "
+           "the result's `diagnostics.livelock` names the cycle"),
+    Metric("invariant_violations", "zero", "failed invariant checks of the block pool and the connector; "
+           "the result's `diagnostics.invariant_violations` lists the first five with step and rule"),
+    Metric("fence_violations", "zero", "GPU blocks written for another request while a store that reads "
+           "them had not copied yet"),
+    Metric("store_submit_delay_steps_p50", "lower", "steps from a chunk's KV being fully written to its "
+           "store's submission, median"),
+    Metric("store_submit_delay_steps_p99", "lower", "the same, 99th percentile"),
+    Metric("store_visible_delay_steps_p50", "lower", "steps from fully written to `complete_store` "
+           "(loadable), median"),
+    Metric("store_visible_delay_steps_p99", "lower", "the same, 99th percentile"),
+    Metric("connector_us_per_step", "lower", MEASURED_MARK + "wall time in connector calls per step, both sides"),
+    Metric("tokens_per_s_modeled", "higher", "output tokens / modelled seconds (cost model, hardware profile)"),
+    Metric("copy_gb_per_s", "higher", MEASURED_MARK + "bytes moved by the worker / seconds of copy time"),
+    Metric("sim_requests_per_s", "higher", MEASURED_MARK + "requests replayed per second of simulator wall time"),
+    Metric("requests", "info", "requests replayed"),
+    Metric("steps", "info", "engine steps"),
+    Metric("prompt_tokens", "info", "prompt tokens"),
+    Metric("output_tokens", "info", "output tokens sampled"),
+    Metric("preemptions", "info", "recompute preemptions"),
 )
 
-METRIC_NAMES: tuple[str, ...] = tuple(name for name, _, _ in GLOSSARY)
-MEASURED = frozenset({"connector_us_per_step", "copy_gb_per_s", "sim_requests_per_s"})
+METRIC_NAMES: tuple[str, ...] = tuple(metric.name for metric in GLOSSARY)
+
+
+def glossary_markdown() -> str:
+    """The README's "Metrics" table, generated from GLOSSARY."""
+    lines = ["| metric | better | definition |", "|---|---|---|"]
+    lines += [f"| `{m.name}` | {m.better} | {m.definition} |" for m in GLOSSARY]
+    return "\n".join(lines)
 
 
 def percentile(values: Sequence[int], q: float) -> int | None:
@@ -57,19 +88,21 @@ def _ratio(numerator: float, denominator: float) -> float | None:
 
 
 def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
-    stats = record.connector_stats
     eligible = [c for c in record.continuations if c.eligible]
     copy_seconds = record.store_seconds + record.load_seconds
     values: dict[str, float | int | None] = {
         "last_block_hit_rate": _ratio(sum(c.served for c in eligible), len(eligible)),
         "last_block_eligible": len(eligible),
-        "offload_hit_rate": _ratio(stats.get("hit_tokens", 0), stats.get("queried_tokens", 0)),
+        "offload_hit_rate": _ratio(record.admission_hit_tokens, record.admission_asked_tokens),
+        "repeated_lookups": record.connector_lookups - record.admissions,
         "gpu_hit_rate": _ratio(record.gpu_hit_tokens, record.admitted_prompt_tokens),
         "poisoned_loads": len(record.poisoned),
         "lifecycle_violations": record.lifecycle_violations,
         "leaked_requests": len(record.leaked_requests),
         "stuck_requests": len(record.stuck_requests),
         "crashes": int(record.crash is not None),
+        "livelock": int(record.livelock is not None),
+        "invariant_violations": record.invariant_violation_count,
         "fence_violations": len(record.fence_violations),
         "store_submit_delay_steps_p50": percentile(record.store_submit_delays, 50),
         "store_submit_delay_steps_p99": percentile(record.store_submit_delays, 99),

@@ -1,6 +1,7 @@
 """Result files: one JSON per run, written atomically, read back by ``report`` and ``compare``.
 
-Layout: {"schema", "workload", "connector", "config", "metrics", "provenance", "error"}.
+Layout: {"schema", "workload", "connector", "config", "metrics", "provenance", "error"}, and from
+a replay "diagnostics" ({"livelock", "invariant_violations"}: what those metrics count, in detail).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
 
 def read_result(path: Path) -> dict[str, Any]:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read forever
+            raise ResultError(f"{path}: not a regular file (expected a kvoffload result)")
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ResultError(f"{path}: no such file") from None
@@ -92,6 +95,8 @@ def read_result(path: Path) -> dict[str, Any]:
         raise ResultError(f"{path}: cannot read ({error})") from None
     except json.JSONDecodeError as error:
         raise ResultError(f"{path}: not JSON (line {error.lineno}: {error.msg})") from None
+    except RecursionError:
+        raise ResultError(f"{path}: not a kvoffload result (JSON nested too deeply)") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ResultError(f"{path}: not a kvoffload result (expected schema {SCHEMA!r})")
     for key in ("workload", "connector", "config", "metrics"):

@@ -46,22 +46,34 @@ class RunOutcome:
 
     @property
     def failed(self) -> bool:
-        return self.record.crash is not None
+        """The run did not complete: a connector crash, a livelock, or the max_steps cap."""
+        record = self.record
+        return record.crash is not None or record.livelock is not None or record.max_steps_reached
 
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
-                    on_step: Callable[[int, int], None] | None = None, trace: bool = False) -> RunOutcome:
-    engine = Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace)
+                    on_step: Callable[[int, int], None] | None = None, trace: bool = False,
+                    max_steps: int | None = None) -> RunOutcome:
+    engine = Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace,
+                    max_steps=max_steps)
     record = engine.run()
     metrics = compute_metrics(record)
     error = None
     if record.crash is not None:
         error = {"message": record.crash, "step": record.crash_step}
+    elif record.livelock is not None:
+        error = {"message": record.livelock_message, "step": record.livelock["step"]}
+    elif record.max_steps_reached:
+        error = {"message": f"stopped at the max_steps cap ({max_steps}) with "
+                            f"{len(record.stuck_requests)} requests unfinished", "step": record.steps}
     result = build_result(
         workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
                   "requests": len(workload.requests)},
         connector=choice.describe(), config=workload.engine, metrics=metrics, seed=workload.engine.seed,
         error=error)
+    # What the livelock and invariant_violations metrics count, in detail.
+    result["diagnostics"] = {"livelock": record.livelock,
+                             "invariant_violations": list(record.invariant_violations)}
     return RunOutcome(result, record)
 
 

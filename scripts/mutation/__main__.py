@@ -122,7 +122,13 @@ def main() -> int:
     for m in stale:
         results[m.name] = {"file": m.path, "status": "not applicable", "killed_by": "", "seconds": 0,
                            "listed": m.listed, "why": m.why}
-    write_results(Path(args.out), [m.name for m in chosen], results)
+    if args.only:  # a partial rerun updates the last full run's entries
+        previous = Path(args.out) / "score.json"
+        if previous.exists():
+            kept = json.loads(previous.read_text())["mutants"]
+            results = {**{k: v for k, v in kept.items() if k in {m.name for m in MUTANTS}}, **results}
+    order = [m.name for m in MUTANTS if m.name in results]
+    write_results(Path(args.out), order, results)
     survivors = [name for name, r in results.items() if r["status"] != "killed"]
     return 1 if any(results[name]["listed"] for name in survivors) else 0
 

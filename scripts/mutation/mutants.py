@@ -10,6 +10,7 @@ import dataclasses
 from typing import NamedTuple
 
 SCHED = "reference/kvoffload/core/scheduler.py"
+STORES = "reference/kvoffload/core/stores.py"
 JOBS = "reference/kvoffload/core/jobs.py"
 MANAGER = "reference/kvoffload/core/manager.py"
 FIXES = "reference/kvoffload/core/fixes.py"
@@ -36,12 +37,12 @@ def _fix_flag_mutants() -> list[Mutant]:
 
     return [Mutant(f"flag:{field.name}", FIXES, f"    {field.name}: bool = True\n",
                    f"    {field.name}: bool = False\n", "the fix made ineffective", listed=True)
-            for field in dataclasses.fields(Fixes)]
+            for field in dataclasses.fields(Fixes) if field.type in (bool, "bool")]
 
 
 MUTANTS: list[Mutant] = _fix_flag_mutants() + [
     # ---- the nine survivors and its hang -------------------------------------------
-    Mutant("aborted watermark + 1", SCHED, "watermark = req.num_computed_tokens  # PR #49285",
+    Mutant("aborted watermark + 1", STORES, "watermark = req.num_computed_tokens  # PR #49285",
            "watermark = req.num_computed_tokens + 1  # PR #49285", "abort at 7 computed poisons", True),
     Mutant("freed blocks forward", POOL, "for block in reversed(blocks):", "for block in blocks:",
            "GPU cache evicts the prefix head first", True),
@@ -51,8 +52,8 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
            "percentile(record.store_submit_delays, 50)", "p99 = p50", True),
     Mutant("visible p99 as p50", METRICS, "percentile(record.store_visible_delays, 99)",
            "percentile(record.store_visible_delays, 50)", "p99 = p50", True),
-    Mutant("offload hit numerator first admissions", METRICS, 'stats.get("hit_tokens", 0)',
-           "record.connector_hit_tokens_admitted", "hit rate numerator", True),
+    Mutant("offload hit numerator first admissions", METRICS, "_ratio(record.admission_hit_tokens,",
+           "_ratio(record.connector_hit_tokens_admitted,", "hit rate numerator", True),
     Mutant("fence_violations hard-coded 0", METRICS, '"fence_violations": len(record.fence_violations),',
            '"fence_violations": 0,', "the metric hides a fence break", True),
     Mutant("continuation boundary num_tokens", OBSERVER, "written = parent.req.num_tokens - 1",
@@ -70,17 +71,19 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
     Mutant("no flush for preempted requests", SCHED, "flush.update(self.jobs.jobs_of(req_id))", "pass",
            "K09 poison"),
     Mutant("no scheduler fence", SCHED, "flush.update(self.jobs.stores_reading(allocated))", "pass", "K03 poison"),
-    Mutant("no flush of a reused final store", SCHED, "flush.add(job_id)  # its blocks", "pass  # its blocks",
+    Mutant("no flush of a reused final store", STORES, "flush.add(job_id)  # its blocks", "pass  # its blocks",
            "K03 poison"),
-    Mutant("cursor advances on allocation failure", SCHED,
+    Mutant("cursor advances on allocation failure", STORES,
            "self.stats.store_allocation_failures += 1\n            return",
-           "self.stats.store_allocation_failures += 1\n            state.next_stored_chunk = num_chunks\n"
+           "self.stats.store_allocation_failures += 1\n            state.move_cursor(num_chunks, tpc)\n"
            "            return", "K25: chunks never stored"),
-    Mutant("running watermark one short", SCHED, "watermark = req.num_computed_tokens + num_scheduled",
-           "watermark = req.num_computed_tokens + num_scheduled - 1", "stores less"),
-    Mutant("lookup does not stop at a miss", SCHED, "            if result is LookupResult.MISS:\n                break",
-           "            if result is LookupResult.MISS:\n                continue", "loads a missing chunk"),
-    Mutant("pending chunk not deferred", SCHED, "pending |= result is LookupResult.HIT_PENDING",
+    Mutant("running watermark one short", STORES,
+           "num_chunks = min(req.num_computed_tokens + num_scheduled, len(req.all_token_ids)) // tpc",
+           "num_chunks = min(req.num_computed_tokens + num_scheduled - 1, len(req.all_token_ids)) // tpc",
+           "stores less"),
+    Mutant("lookup does not stop at a miss", SCHED, "            if result is MISS:\n                break",
+           "            if result is MISS:\n                continue", "loads a missing chunk"),
+    Mutant("pending chunk not deferred", SCHED, "pending |= result is PENDING",
            "pending |= False", "loads a chunk still being stored"),
     Mutant("failed store counted as success", SCHED, "succeeded = done.job_id not in self._failed_jobs",
            "succeeded = True", "K28: a failed store becomes loadable"),
@@ -89,26 +92,28 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
     Mutant("release with jobs in flight", SCHED,
            "        if self._has_jobs(state):\n            return\n        if self.fixes.deferred_finish_signal:",
            "        if self.fixes.deferred_finish_signal:", "K08: completion for a released request"),
-    Mutant("reset keeps the store cursor", SCHED, "            state.next_stored_chunk = 0\n", "",
+    Mutant("reset keeps the store cursor", SCHED,
+           "            state.move_cursor(0, self._tokens_per_chunk)\n            if not self.fixes.reset_clears",
+           "            if not self.fixes.reset_clears",
            "after a reset nothing is stored again"),
     Mutant("lookup counts deferred queries", SCHED,
-           "            self.stats.deferred_lookups += 1\n            return None, False\n        hits =",
-           "            self.stats.deferred_lookups += 1\n            self.stats.lookups += 1\n"
-           "            return None, False\n        hits =", "K27: a lookup counted twice"),
+           "        if hits is None:\n            self.stats.deferred_lookups += 1\n",
+           "        if hits is None:\n            self.stats.deferred_lookups += 1\n            self.stats.lookups += 1\n",
+           "K27: a lookup counted twice"),
     Mutant("fence_request fences nothing", JOBS, "            if job.is_store:\n                self._fence(job)",
            "            if job.is_store:\n                pass", "in-flight stores of a finished request unfenced"),
-    Mutant("store evicts its own inputs", MANAGER, "                if key not in protected:",
-           "                if True:", "K24(a)"),
+    Mutant("store evicts its own inputs", MANAGER, "if key not in protected and chunks[key].ref_count == 0:",
+           "if chunks[key].ref_count == 0:", "K24(a)"),
     Mutant("failed store stays visible", MANAGER,
-           "                del self._chunks[key]\n                self._free_slots.append(chunk.slot)",
-           "                chunk.ref_count = 0\n                self._evictable[key] = None", "K28"),
+           "                del self._chunks[key]\n                self._lru.pop(key, None)\n",
+           "                chunk.ref_count = 0\n                self._lru[key] = None\n", "K28"),
     Mutant("pending chunk looks ready", MANAGER,
            "return LookupResult.HIT_PENDING if chunk.ref_count < 0 else LookupResult.HIT",
            "return LookupResult.HIT", "K23: a load of an unfinished store"),
-    Mutant("touch makes the tail newest", MANAGER, "        for key in reversed(keys):\n            if key in self._evictable:",
-           "        for key in keys:\n            if key in self._evictable:", "K24: prefix head evicted first"),
-    Mutant("reset keeps the chunks", MANAGER, "        self._chunks.clear()\n        self._evictable.clear()\n",
-           "        self._evictable.clear()\n", "K21: served after reset"),
+    Mutant("touch makes the tail newest", MANAGER, "        for key in reversed(keys):\n            if key in lru:",
+           "        for key in keys:\n            if key in lru:", "K24: prefix head evicted first"),
+    Mutant("reset keeps the chunks", MANAGER, "        self._chunks.clear()\n        self._lru.clear()\n",
+           "        self._lru.clear()\n", "K21: served after reset"),
     # ---- engine/ --------------------------------------------------------------------------
     Mutant("preemption keeps computed tokens", ESCHED, "live.req.num_computed_tokens = 0", "pass",
            "resumes on freed blocks"),

@@ -76,7 +76,9 @@ def test_the_last_block_fix_shows_as_a_lower_miss_rate(module, caches):
     bench = module.TrackMultiTurn()
     reference = bench.track_last_block_miss_rate(cache, "reference")
     old = bench.track_last_block_miss_rate(cache, "vllm-0.25")
-    assert reference == 0.0
+    # Not 0 for the reference either: with blocks_per_chunk 2, a continuation whose GPU hit ends
+    # inside its parent's last chunk has less than a whole chunk to load, which vLLM's
+    # complete-chunk rule reports as no hit (docs/design.md, "Connector rules").
     assert old > reference
 
 

@@ -37,13 +37,13 @@ class RecordingManager(CPUOffloadManager):
         self.calls: list[tuple[str, str]] = []
         self.decline = decline
 
-    def prepare_store(self, req_id, keys):
+    def prepare_store(self, req_id, keys, positions=None):
         self.calls.append(("prepare_store", req_id))
         if self.decline is not None and self.decline(req_id, keys):
             self._check_submit(req_id, "prepare_store")
             self.calls.append(("declined", req_id))
             return None
-        return super().prepare_store(req_id, keys)
+        return super().prepare_store(req_id, keys, positions)
 
     def on_request_finished(self, req_id):
         self.calls.append(("on_request_finished", req_id))
@@ -60,9 +60,10 @@ class Script:
         self.config = ConnectorConfig(block_size=block_size, blocks_per_chunk=blocks_per_chunk,
                                       cpu_chunks=cpu_chunks, num_workers=num_workers,
                                       offload_prompt_only=offload_prompt_only)
+        fixes = fixes or Fixes()
         self.manager = RecordingManager(cpu_chunks, decline=decline, strict_lifecycle=True,
-                                        raise_on_violation=raise_on_violation)
-        self.connector = ReferenceConnectorScheduler(self.config, fixes or Fixes(), self.manager)
+                                        raise_on_violation=raise_on_violation, recency=fixes.rules.recency)
+        self.connector = ReferenceConnectorScheduler(self.config, fixes, self.manager)
         self.requests: dict[str, Request] = {}
         self.step_index = 0
         self.stored_chunks: dict[str, set[int]] = {}  # request -> chunk indices of built store jobs

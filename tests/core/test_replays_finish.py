@@ -1,4 +1,4 @@
-"""Replays of the finish-path bugs (notes C.1-C.3), at scheduler level, fix on and fix off.
+"""Replays of the finish-path bugs (stories R1-R3 of docs/design.md), at scheduler level, fix on and fix off.
 
 Setup "sync/bs4" unless said: one full-attention group, 4-token blocks, one block per chunk,
 offload_prompt_only off, a strict lifecycle manager that raises on violations.

@@ -1,4 +1,4 @@
-"""Replays of the job-lifecycle bugs (notes C.5, C.8): reset, preemption, re-admission, acks."""
+"""Replays of the job-lifecycle bugs (docs/design.md): reset, preemption, re-admission, acks."""
 
 from __future__ import annotations
 
@@ -43,15 +43,33 @@ class TestResetCache:
         assert s.admit(a, [3, 4]) == 0
         assert s.connector.next_stored_chunk("A") == 0
 
-    def test_without_the_fix_the_request_is_deferred_forever_and_leaks(self, script):
+    def test_without_the_fix_preempting_the_survivor_is_a_key_error(self, script):
+        """vLLM 0.25: build_connector_meta looks the preempted request's first job id up in the
+        job table reset_cache emptied (PR #48102)."""
         s, a = self._decoding_with_store_in_flight(script, Fixes().without("reset_clears_request_jobs"))
+        with pytest.raises(ConnectorCrash, match="KeyError in build_connector_meta"):
+            s.step(preempted=["A"])
+
+    def test_without_the_fix_the_survivors_next_store_is_a_key_error(self, script):
+        s, a = self._decoding_with_store_in_flight(script, Fixes().without("reset_clears_request_jobs"))
+        s.sample("A", 8, 9, 10, 11)
+        with pytest.raises(ConnectorCrash, match="KeyError in _build_store_jobs"):
+            s.step(scheduled={"A": 4}, new_blocks={"A": [3]})
+
+    def test_without_the_fix_a_waiting_request_defers_forever_then_dies_at_finish(self, script):
+        """A was preempted with its store flushed but unreported when the reset came: its stale
+        id keeps every lookup waiting, and the abort that gives up on it is a KeyError."""
+        s = script(fixes=Fixes().without("reset_clears_request_jobs"))
+        a = s.add("A", list(range(8)))
+        s.admit(a, [1, 2])
+        assert s.step(scheduled={"A": 8}, new_blocks={"A": [1, 2]}).store_jobs
         s.step(preempted=["A"])
         a.num_computed_tokens = 0
+        s.connector.reset_cache()
         for _ in range(5):
             assert s.admit(a, [3, 4]) is None  # stuck in the waiting queue
-        s.finish("A", status=RequestStatus.FINISHED_ABORTED)
-        s.step(finished=["A"])
-        assert s.connector.tracked_request_ids() == ("A",)
+        with pytest.raises(ConnectorCrash, match="KeyError in request_finished"):
+            s.finish("A", status=RequestStatus.FINISHED_ABORTED)
 
     def test_stale_completion_after_reset_does_not_complete_new_jobs(self, script):
         s = script()
@@ -118,11 +136,12 @@ class TestLoads:
 
     def test_load_after_a_partial_gpu_hit_starts_mid_chunk(self, script):
         s = script(blocks_per_chunk=4)
-        _store_prefix(s, "P", list(range(16)), [1, 2, 3, 4])
-        b = s.add("B", list(range(17)))
-        assert s.admit(b, [1, 6, 7, 8, 9], local_tokens=4) == 12
+        _store_prefix(s, "P", list(range(32)), list(range(1, 9)))
+        b = s.add("B", list(range(33)))
+        # GPU hit: one block; the tier adds the rest of chunk 0 and all of chunk 1
+        assert s.admit(b, [1, 10, 11, 12, 13, 14, 15, 16, 17], local_tokens=4) == 28
         (load,) = s.step().load_jobs
-        assert (load.gpu_block_ids, load.skip_blocks, load.chunk_indices) == ((6, 7, 8), 1, (0,))
+        assert (load.gpu_block_ids, load.skip_blocks, load.chunk_indices) == ((10, 11, 12, 13, 14, 15, 16), 1, (0, 1))
 
     def test_second_request_waits_while_the_first_loads_the_same_chunk(self, script):
         s = script()
@@ -188,7 +207,13 @@ class TestConfiguration:
             Fixes.preset("vllm-0.99")
 
     def test_presets_replay_the_release_table(self):
-        assert Fixes.preset("vllm-0.30") == Fixes()
+        from kvoffload.core.fixes import Recency
+
+        assert Fixes.preset("vllm-0.30").disabled() == ()  # every fix, but 0.30's recency
+        assert Fixes.preset("vllm-0.30").rules.recency is Recency.TOUCH_ON_ACCESS
+        assert Fixes().rules.recency is Recency.RANK_AT_INSERT  # the reference follows 0.32
+        assert not Fixes.preset("vllm-0.25").rules.store_cursor_monotonic
+        assert Fixes.preset("vllm-0.26").rules.store_cursor_monotonic
         assert Fixes.preset("vllm-0.29").disabled() == ("final_token_watermark",)
         assert "deferred_finish_signal" in Fixes.preset("vllm-0.26").disabled()
         assert "last_block_at_finish" not in Fixes.preset("vllm-0.26").disabled()

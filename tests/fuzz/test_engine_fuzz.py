@@ -144,13 +144,13 @@ def replay_program(program: Program, fixes: Fixes | None = None):
     if program.declined_stores:
         manager, plain, calls = eng.connector.manager, eng.connector.manager.prepare_store, [0]
 
-        def prepare_store(req_id, keys):
+        def prepare_store(req_id, keys, *args):
             calls[0] += 1
             if calls[0] - 1 in program.declined_stores:
                 manager._check_submit(req_id, "prepare_store")
                 manager.allocation_failures += 1
                 return None
-            return plain(req_id, keys)
+            return plain(req_id, keys, *args)
 
         manager.prepare_store = prepare_store
     record = eng.run()

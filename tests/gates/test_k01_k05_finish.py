@@ -67,13 +67,15 @@ class TestK02FinishHookAndReset:
 
 class TestK03LastBlockAtFinish:
     """vLLM #48596. Async: without the finish-time store, A's chunk 1 is never offloaded and the
-    next turn C (A's 9 tokens + 4) misses it. With the store but no fence, the freed block is
-    handed to B in the very schedule that builds the store and C loads B's KV."""
+    next turn C (A's 9 tokens + 4, after the GPU cache forgot A) misses it. With the store but no
+    fence, the freed block is handed to B in the very schedule that builds the store and C loads
+    B's KV."""
 
     @pytest.mark.parametrize("fixed", [True, False])
     def test_the_next_turn_finds_chunk_1(self, fixed):
         a = turn_a()
-        record = run([a, follow_up(a)], ASYNC, None if fixed else without("last_block_at_finish"))
+        record = run([a, follow_up(a)], ASYNC, None if fixed else without("last_block_at_finish"),
+                     forget_gpu_cache_before=(4,))
         assert stored_chunks(record, "A") == ({0, 1} if fixed else {0})
         (continuation,) = record.continuations
         assert continuation.eligible and continuation.served is fixed
@@ -83,17 +85,21 @@ class TestK03LastBlockAtFinish:
         record = run([a, follow_up(a)], TINY, without("last_block_at_finish"))
         assert stored_chunks(record, "A") == {0, 1}
 
+    WIDE = ASYNC.replace(max_num_batched_tokens=128)  # B's prompt in one step
+
     def requests_with_b(self):
+        """B arrives as A finishes; A's blocks are cached at the tail of the free queue and B's
+        30-block prompt reaches them, evicting A from the GPU cache as well."""
         a = turn_a()
-        b = RequestSpec("B", tokens(9, 4), tokens(10, 2), parent="A", think_steps=0)
+        b = RequestSpec("B", tokens(9, 120), tokens(10, 2), parent="A", think_steps=0)
         return [a, follow_up(a), b]
 
     def test_final_store_copies_before_its_block_is_rewritten(self):
-        record = run(self.requests_with_b(), ASYNC, strict=True)
+        record = run(self.requests_with_b(), self.WIDE, strict=True)
         assert healthy(record) and record.continuations[0].served
 
     def test_without_the_worker_fence_c_loads_b_kv_in_chunk_1(self):
-        record = run(self.requests_with_b(), ASYNC, without("flush_submits_before_wait"))
+        record = run(self.requests_with_b(), self.WIDE, without("flush_submits_before_wait"))
         assert [(r, c) for r, c, _ in poisoned(record)] == [("C", 1)]
         assert [v.writer for v in record.fence_violations] == ["forward"]
         assert record.unknown_wait_ids == 1  # the fence waited on a store never submitted

@@ -138,8 +138,9 @@ class TestK25AllocationFailure:
 
 class TestK27HitRateCountsEachLookupOnce:
     """vLLM #28585 / #30522 / #57596. C asks while A's chunks are still being stored (4-step
-    copies): it is deferred several times and answered once. The counters hold one answer per
-    request, for the tokens it queried: A 8 (a miss), C 12 (8 hit) -> 8 / 20."""
+    copies): it is deferred several times and answered once. One answer per request, for the
+    tokens it queried: the connector's chunk counters A 8 (a miss) + C 12 (8 hit); the metric,
+    per admission, A's 8 tokens + C's 13 asked -> 8 / 21."""
 
     @pytest.mark.parametrize("scheduling", SCHEDULINGS)
     def test_deferred_lookups_are_not_counted(self, scheduling):
@@ -151,7 +152,9 @@ class TestK27HitRateCountsEachLookupOnce:
         stats = eng.connector.stats
         assert stats.deferred_lookups >= 2
         assert (stats.lookups, stats.queried_tokens, stats.hit_tokens) == (2, 20, 8)
-        assert compute_metrics(record)["offload_hit_rate"] == pytest.approx(8 / 20)
+        assert (record.connector_lookups, record.admissions) == (2, 2)
+        metrics = compute_metrics(record)
+        assert metrics["offload_hit_rate"] == pytest.approx(8 / 21) and metrics["repeated_lookups"] == 0
 
 
 class TestK28FailedStoreStaysInvisible:

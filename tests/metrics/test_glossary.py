@@ -21,7 +21,10 @@ def hand_record() -> RunRecord:
         connector_seconds=0.5, modeled_seconds=1.5, wall_seconds=4.0,
         store_bytes=3_000_000_000, store_seconds=1.0, load_bytes=1_000_000_000, load_seconds=1.0,
         crash="KeyError: 'A'", stuck_requests=("S",), leaked_requests=("L1", "L2"),
-        connector_stats={"hit_tokens": 3, "queried_tokens": 12, "lookups": 4},
+        connector_stats={"hit_tokens": 7, "queried_tokens": 30, "lookups": 4},
+        # 6 answered lookups ended in 4 admissions, which asked for 12 tokens and got 3.
+        connector_lookups=6, connector_lookup_tokens=30, admissions=4, admission_asked_tokens=12,
+        admission_hit_tokens=3, invariant_violation_count=5, livelock={"cycle": "r0 <-> r1"},
     )
     record.continuations += [Continuation("c1", "p", eligible=True, served=True),
                              Continuation("c2", "p", eligible=True, served=False),
@@ -38,7 +41,10 @@ def hand_record() -> RunRecord:
 EXPECTED = {
     "last_block_hit_rate": 1 / 2,  # eligible: c1 (served), c2 (not); c3 is not eligible
     "last_block_eligible": 2,
-    "offload_hit_rate": 3 / 12,  # connector hit tokens / tokens queried from it
+    "offload_hit_rate": 3 / 12,  # per admission: tokens supplied / tokens asked (not 7 / 30 per lookup)
+    "repeated_lookups": 6 - 4,  # answered lookups that ended in no admission
+    "livelock": 1,
+    "invariant_violations": 5,
     "gpu_hit_rate": 5 / 20,  # GPU hit tokens / prompt tokens of first admissions (not all 40)
     "poisoned_loads": 2,
     "lifecycle_violations": 3,
@@ -80,6 +86,7 @@ def test_empty_denominators_are_none_not_zero():
               "store_submit_delay_steps_p99", "store_visible_delay_steps_p50", "store_visible_delay_steps_p99")
     assert {name: metrics[name] for name in ratios} == dict.fromkeys(ratios)
     assert metrics["crashes"] == metrics["fence_violations"] == metrics["last_block_eligible"] == 0
+    assert metrics["livelock"] == metrics["invariant_violations"] == metrics["repeated_lookups"] == 0
 
 
 @pytest.mark.parametrize("values, q, expected", [
@@ -95,14 +102,15 @@ def test_percentile_is_the_nearest_rank(values, q, expected):
 
 
 def test_a_fence_violation_made_on_purpose_is_counted():
-    """A's freed final block goes to B in the schedule that builds A's final store; without the
-    worker's submit-before-wait the store copies B's KV: exactly one block, written by a forward."""
+    """A's freed final block goes to B (a 30-block prompt, admitted as A finishes) in the schedule
+    that builds A's final store; without the worker's submit-before-wait the store copies B's KV:
+    exactly one block, written by a forward, and C loads it."""
     config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8,
-                          max_num_batched_tokens=64, scheduling="async")
+                          max_num_batched_tokens=128, scheduling="async")
     a = RequestSpec("A", tuple(range(10, 16)), (20, 21, 22))
     c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + (30, 31, 32, 33), (40, 41),
                     parent="A", think_steps=3)
-    b = RequestSpec("B", (50, 51, 52, 53), (54, 55), parent="A", think_steps=0)
+    b = RequestSpec("B", tuple(range(100, 220)), (54, 55), parent="A", think_steps=0)
     broken = replay([a, c, b], config, Fixes().without("flush_submits_before_wait"), max_steps=200)
     fixed = replay([a, c, b], config, Fixes(), max_steps=200)
     assert compute_metrics(broken)["fence_violations"] == len(broken.fence_violations) == 1

@@ -7,24 +7,28 @@ import pytest
 from kvoffload.core.fixes import Fixes
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import replay
+from kvoffload.engine.record import RunRecord
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.metrics import compute_metrics, percentile
 
 TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
 
 
-def conversation():
+def conversation(filler: bool = False):
     """Turn 1: prompt 6 + 3 length-capped outputs = 9 tokens; its last written position, 7,
-    closes chunk 1. Turn 2 resends all 9 tokens plus 4 new ones."""
+    closes chunk 1. Turn 2 resends all 9 tokens plus 4 new ones. With ``filler``, a 30-block
+    prompt between them evicts turn 1's chunk-1 block from the GPU prefix cache (vLLM caches it
+    at turn 1's last output), so only the offload tier can serve it."""
     first = RequestSpec("t1", tuple(range(10, 16)), (20, 21, 22), stop="length")
+    evictor = RequestSpec("f", tuple(range(1000, 1120)), (50,), stop="length", parent="t1", think_steps=0)
     second = RequestSpec("t2", first.prompt_token_ids + first.output_token_ids + (30, 31, 32, 33), (40, 41),
                          parent="t1", think_steps=2)
-    return [first, second]
+    return [first, evictor, second] if filler else [first, second]
 
 
 @pytest.mark.parametrize("fixes, expected", [(Fixes(), 1.0), (Fixes().without("last_block_at_finish"), 0.0)])
 def test_last_block_hit_rate_of_a_two_turn_conversation(fixes, expected):
-    metrics = compute_metrics(replay(conversation(), TINY.replace(scheduling="async"), fixes))
+    metrics = compute_metrics(replay(conversation(filler=True), TINY.replace(scheduling="async"), fixes))
     assert metrics["last_block_eligible"] == 1
     assert metrics["last_block_hit_rate"] == expected
 
@@ -46,12 +50,52 @@ def test_store_delays_known_by_construction():
 def test_hit_rates_and_counts():
     metrics = compute_metrics(replay(conversation(), TINY.replace(scheduling="async"), Fixes()))
     assert (metrics["requests"], metrics["prompt_tokens"], metrics["output_tokens"]) == (2, 6 + 13, 5)
-    # Turn 1 asks the connector for its one full chunk (4 tokens, a miss). Turn 2 finds chunk 0
-    # in the GPU cache and asks for chunks 1 and 2 (8 tokens): chunk 1 hits, chunk 2 (positions
-    # 8-11) was never written.
-    assert metrics["gpu_hit_rate"] == pytest.approx(4 / (6 + 13))
-    assert metrics["offload_hit_rate"] == pytest.approx(4 / (4 + 8))
+    # Turn 1 is admitted asking for its whole 6-token prompt (a miss). Turn 2 finds chunks 0 and 1
+    # in the GPU cache (vLLM caches turn 1's blocks at its last output) and asks for the other 5
+    # of its 13 tokens: positions 8-11 were never written, a miss.
+    assert metrics["gpu_hit_rate"] == pytest.approx(8 / (6 + 13))
+    assert metrics["offload_hit_rate"] == pytest.approx(0 / (6 + 5))
+    assert metrics["repeated_lookups"] == 0
+
+
+def test_offload_hit_rate_of_a_conversation_whose_history_left_the_gpu():
+    """The filler evicts turn 1's chunk-1 block: turn 2 finds chunk 0 in the GPU cache and asks
+    for the other 9 of its 13 tokens; the offload tier serves chunk 1 (4 tokens). Per admission:
+    t1 asks 6 (0 supplied), the filler 120 (0), t2 9 (4)."""
+    record = replay(conversation(filler=True), TINY.replace(scheduling="async"), Fixes())
+    metrics = compute_metrics(record)
+    assert (record.admissions, record.admission_asked_tokens, record.admission_hit_tokens) == (3, 6 + 120 + 9, 4)
+    assert metrics["offload_hit_rate"] == pytest.approx(4 / (6 + 120 + 9))
     assert metrics["poisoned_loads"] == metrics["crashes"] == metrics["leaked_requests"] == 0
+
+
+def test_offload_hit_rate_counts_each_admission_once_however_often_it_was_looked_up():
+    """Five usable GPU blocks of 4 tokens. W (8 tokens) finishes at step 0 and is stored; X (12
+    + 8 tokens) runs steps 1-8 and takes all five blocks, evicting W's from the GPU. Y (W's prompt
+    + 4 tokens) arrives at step 3: the connector holds W's two chunks (8 tokens) but Y cannot get
+    blocks until X finishes, so it is looked up at steps 3-9 (7 answered lookups, 6 repeats) and
+    admitted once at step 9. Per admission: W asks 8 (supplied 0), X 12 (0), Y 12 (8)."""
+    config = EngineConfig(gpu_blocks=6, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
+    w = RequestSpec("W", tuple(range(10, 18)), (1,), arrival_step=0)
+    x = RequestSpec("X", tuple(range(100, 112)), tuple(range(200, 208)), arrival_step=1)
+    y = RequestSpec("Y", w.prompt_token_ids + (50, 51, 52, 53), (60,), arrival_step=3)
+    record = replay([w, x, y], config, Fixes())
+    metrics = compute_metrics(record)
+    assert (record.admissions, record.connector_lookups) == (3, 9)
+    assert metrics["repeated_lookups"] == 6
+    assert metrics["offload_hit_rate"] == pytest.approx(8 / (8 + 12 + 12))
+    assert metrics["gpu_hit_rate"] == 0
+
+
+def test_offload_hit_rate_numerator_and_denominator_come_from_admissions():
+    """A record whose lookup totals differ from its admission totals: only the latter count."""
+    record = RunRecord(admissions=4, admission_asked_tokens=100, admission_hit_tokens=30,
+                       connector_lookups=10, connector_lookup_tokens=400, connector_hit_tokens_admitted=7,
+                       connector_stats={"hit_tokens": 90, "queried_tokens": 120})
+    metrics = compute_metrics(record)
+    assert metrics["offload_hit_rate"] == pytest.approx(30 / 100)
+    assert metrics["repeated_lookups"] == 10 - 4
+    assert compute_metrics(RunRecord())["offload_hit_rate"] is None  # nothing asked: no rate
 
 
 def test_a_rejected_draft_does_not_count_as_written_kv():
@@ -78,3 +122,17 @@ def test_same_inputs_give_the_same_metrics():
     first = {k: v for k, v in compute_metrics(replay(conversation(), config)).items() if k not in measured}
     second = {k: v for k, v in compute_metrics(replay(conversation(), config)).items() if k not in measured}
     assert first == second
+
+
+@pytest.mark.parametrize("name", ["shared-prefix-small"])
+def test_every_request_is_admitted_once_per_arrival_and_once_per_preemption(name):
+    """The per-admission hit rate's population: none of these requests is aborted while waiting,
+    so admissions = requests + preemptions (shared-prefix-small preempts a few times)."""
+    from kvoffload.runner import ConnectorChoice, replay_workload
+    from kvoffload.workloads import load_workload
+
+    workload = load_workload(name)
+    assert not any(spec.abort_after_steps == 0 for spec in workload.requests)
+    record = replay_workload(workload, ConnectorChoice.build()).record
+    assert record.preemptions > 0
+    assert record.admissions == record.requests + record.preemptions

@@ -136,7 +136,7 @@ class TestMooncakeTraces:
     @pytest.mark.parametrize("change, expected", [
         ({"input_length": -5}, "line 1: key input_length: expected an integer >= 1, got -5"),
         ({"output_length": 0}, "line 1: key output_length: expected an integer >= 1, got 0"),
-        ({"timestamp": "noon"}, "line 1: key timestamp: expected milliseconds >= 0, got 'noon'"),
+        ({"timestamp": "noon"}, "line 1: key timestamp: expected finite milliseconds within [0, 2**53], got 'noon'"),
         ({"hash_ids": [1]}, "line 1: key hash_ids: expected ceil(input_length / 512) = 2 ids, got 1"),
         ({"hash_ids": "1,2"}, "line 1: key hash_ids: expected a list of integers, got '1,2'"),
     ])

@@ -15,19 +15,25 @@ seconds is caught like any other.
 
 from __future__ import annotations
 
+import signal
 import sys
-from typing import Sequence
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process killed by Ctrl-C
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: "list[str] | None" = None) -> int:
+    """Run one command; ``argv`` None means this process's command line (the console script)."""
     try:
         from kvoffload.cli.app import dispatch
 
-        return dispatch(argv)
+        code = dispatch(argv)
     except KeyboardInterrupt:
-        return interrupted()
+        code = interrupted()
+    if argv is None:
+        # The work is done and its files are whole: a Ctrl-C from here on would only turn into a
+        # traceback from torch's clean-up at interpreter exit, so it is ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return code
 
 
 def interrupted() -> int:

@@ -9,23 +9,25 @@ from pathlib import Path
 from kvoffload.cli.flags import Once, OnceTrue
 from kvoffload.cli.outputs import check_output_dir, check_output_file
 from kvoffload.cli.run import replay, slug
+from kvoffload.core.fixes import PRESETS
 from kvoffload.metrics import format_value
 from kvoffload.results import write_atomic
 from kvoffload.runner import ConnectorChoice
 from kvoffload.workloads import load_workload
 
 BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
-BENCH_CONNECTORS = (None, "vllm-0.25", "vllm-0.26", "vllm-0.29", "vllm-0.30")
+BENCH_CONNECTORS = (None, *PRESETS)  # the reference, then every preset in release order
 # The metrics of the one-screen comparison, in order, with their column headings.
 TABLE_METRICS = (
     "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
-    "leaked_requests", "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
+    "leaked_requests", "crashes", "livelock", "invariant_violations", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
     "tokens_per_s_modeled", "connector_us_per_step",
 )
 SHORT_NAMES = {
     "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload", "gpu_hit_rate": "gpu",
     "poisoned_loads": "poison", "lifecycle_violations": "lifecyc", "leaked_requests": "leaked",
-    "crashes": "crash", "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
+    "crashes": "crash", "livelock": "livelock", "invariant_violations": "invar",
+    "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
     "tokens_per_s_modeled": "tok/s(mod)", "connector_us_per_step": "us/step",
 }
 

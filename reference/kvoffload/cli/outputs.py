@@ -24,16 +24,17 @@ from kvoffload.cli.flags import UsageError
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISREG, "a regular file")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "an unknown kind of file"
 
 
 def _lstat(path: Path) -> os.stat_result | None:
     try:
         return os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # absent; the folder check says why
         return None
     except OSError as error:
         raise UsageError(f"{path}: cannot inspect ({error.strerror})") from None

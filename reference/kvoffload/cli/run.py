@@ -26,6 +26,8 @@ def register(sub) -> None:
     run.add_argument("--set", action=Each, default=[], metavar="KEY=VALUE", dest="settings")
     run.add_argument("--out", action=Once, type=Path, help="result JSON (default results/runs/<workload>-<label>.json)")
     run.add_argument("--quiet", action=OnceTrue, help="no progress bar")
+    run.add_argument("--max-steps", action=Once, type=_positive_int, metavar="N",
+                     help="stop after N engine steps (the run then fails, exit 1, its result says so)")
     run.add_argument("--trace", action=Once, type=Path, metavar="FILE",
                      help="also write the jobs as a Chrome trace (JSON)")
     run.set_defaults(handler=_cmd_run)
@@ -77,7 +79,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out = check_output_file("--out", Path("results/runs") / f"{slug(workload.name)}-{slug(choice.label)}.json",
                                 create_parents=True)
         check_distinct(outputs + [("--out", out)])
-    outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None)
+    outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None, max_steps=args.max_steps)
     write_atomic(out, outcome.result)
     if args.trace is not None:
         write_atomic(args.trace, chrome_trace(outcome.record))
@@ -90,9 +92,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False) -> RunOutcome:
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False,
+           max_steps: int | None = None) -> RunOutcome:
     if quiet:
-        return replay_workload(workload, choice, trace=trace)
+        return replay_workload(workload, choice, trace=trace, max_steps=max_steps)
     from tqdm import tqdm
 
     with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
@@ -100,7 +113,7 @@ def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", t
         def on_step(step: int, finished: int) -> None:
             if finished > bar.n:
                 bar.update(finished - bar.n)
-        return replay_workload(workload, choice, on_step=on_step, trace=trace)
+        return replay_workload(workload, choice, on_step=on_step, trace=trace, max_steps=max_steps)
 
 
 def _run_table(outcome: RunOutcome) -> str:

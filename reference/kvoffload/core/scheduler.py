@@ -1,6 +1,6 @@
 """The reference connector's scheduler side: what to load, what to store, and when to let go.
 
-The engine calls, per step and in vLLM's order (DESIGN.md, "One engine step"):
+The engine calls, per step and in vLLM's order (docs/design.md, "One engine step"):
 
     on_new_request(req)                          when a request is added
     get_num_new_matched_tokens(req, n_local)     admitting a waiting request -> (hit tokens | None, async)
@@ -11,17 +11,20 @@ The engine calls, per step and in vLLM's order (DESIGN.md, "One engine step"):
     reset_cache(), has_pending_work()
 
 Every rule that an earlier vLLM release got wrong sits behind a flag of :class:`Fixes`; with a
-flag off the code takes the old path on purpose, so a test can replay the historical bug.
+flag off the code takes the old path on purpose, so a test can replay the historical bug. Rules
+that changed between releases without being a bug (recency, the store cursor) come from
+``Fixes.rules`` (docs/design.md, "Connector rules").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from kvoffload.core.fixes import Fixes
+from kvoffload.core.fixes import Fixes, Recency
 from kvoffload.core.jobs import JobRegistry
 from kvoffload.core.manager import CPUOffloadManager, LookupResult
+from kvoffload.core.request_state import RequestState, SchedulerStats
+from kvoffload.core.stores import StorePlanner
 from kvoffload.core.types import (
     NULL_BLOCK,
     BlockId,
@@ -30,7 +33,6 @@ from kvoffload.core.types import (
     JobId,
     OffloadKey,
     ReqId,
-    RequestStatus,
     RequestView,
     SchedulerOutput,
     StepPlan,
@@ -41,44 +43,21 @@ from kvoffload.core.types import (
 )
 
 
-@dataclass(slots=True)
-class _RequestState:
-    """What the connector remembers of one request, from on_new_request until released."""
-
-    req: RequestView
-    offload_keys: list[OffloadKey] = field(default_factory=list)  # key of chunk i
-    block_ids: list[BlockId] = field(default_factory=list)  # the request's GPU block table
-    next_stored_chunk: int = 0  # chunks below were stored, skipped or hit
-    num_local_tokens: int = 0  # GPU prefix-cache hit tokens at the last admission
-    finish_signalled: bool = False  # manager.on_request_finished was called
-    load_destination: tuple[BlockId, ...] = ()  # GPU blocks its load in flight writes
-    # Only with reset_clears_request_jobs off: job ids reset_cache forgot to clear (vLLM #48102).
-    stale_job_ids: tuple[JobId, ...] = ()
-
-
-@dataclass
-class SchedulerStats:
-    lookups: int = 0  # lookups that returned a result (deferrals excluded)
-    deferred_lookups: int = 0
-    queried_tokens: int = 0  # tokens the connector was asked to serve
-    hit_tokens: int = 0
-    load_jobs: int = 0
-    store_jobs: int = 0
-    chunks_stored: int = 0  # chunks handed to a store job
-    store_allocation_failures: int = 0
-    flushed_jobs: int = 0
-
-
 class ReferenceConnectorScheduler:
     def __init__(self, config: ConnectorConfig, fixes: Fixes | None = None,
                  manager: CPUOffloadManager | None = None):
         self.config = config
         self.fixes = fixes if fixes is not None else Fixes()
         self.manager = manager if manager is not None else CPUOffloadManager(
-            config.cpu_chunks, config.strict_lifecycle, config.raise_on_violation)
+            config.cpu_chunks, config.strict_lifecycle, config.raise_on_violation, self.fixes.rules.recency)
+        # vLLM <= 0.30's _touch: after every lookup (and every store, see stores.py), all the
+        # request's keys. From 0.31 the manager ranks on its own; the connector never touches.
+        self._touch_on_access = self.manager.recency is Recency.TOUCH_ON_ACCESS
+        self._tokens_per_chunk = config.tokens_per_chunk
         self.jobs = JobRegistry(num_workers=config.num_workers)
         self.stats = SchedulerStats()
-        self._requests: dict[ReqId, _RequestState] = {}
+        self._stores = StorePlanner(config, self.fixes, self.manager, self.jobs, self.stats)
+        self._requests: dict[ReqId, RequestState] = {}
         self._chunks_being_loaded: set[OffloadKey] = set()
         self._failed_jobs: set[JobId] = set()
         # Failed loads' GPU blocks (vLLM: get_block_ids_with_load_errors -> _handle_invalid_blocks)
@@ -92,18 +71,11 @@ class ReferenceConnectorScheduler:
     # ---- request lifecycle ----------------------------------------------------------------
 
     def on_new_request(self, req: RequestView) -> None:
-        state = _RequestState(req)
+        state = RequestState(req)
+        state.move_cursor(0, self._tokens_per_chunk)
         self._requests[req.req_id] = state
         self.manager.on_new_request(req.req_id)
-        self._refresh_keys(state)
-
-    def _refresh_keys(self, state: _RequestState) -> None:
-        """Key of chunk i = hash of the chunk's last GPU block (hashes are chained)."""
-        hashes = state.req.block_hashes
-        keys = state.offload_keys
-        bpc = self.config.blocks_per_chunk
-        for last_block in range((len(keys) + 1) * bpc - 1, len(hashes), bpc):
-            keys.append(hashes[last_block])
+        state.refresh_keys(self.config.blocks_per_chunk)
 
     # ---- admission: lookup and load -------------------------------------------------------
 
@@ -118,30 +90,49 @@ class ReferenceConnectorScheduler:
         if self._has_jobs(state) and self.fixes.defer_lookup_while_transferring:
             self.stats.deferred_lookups += 1
             return None, False
-        self._refresh_keys(state)
+        state.refresh_keys(self.config.blocks_per_chunk)
         state.num_local_tokens = num_local_tokens
-        tpc = self.config.tokens_per_chunk
-        first_chunk = num_local_tokens // tpc
-        end_chunk = min(req.num_tokens, len(state.offload_keys) * tpc) // tpc
-        if end_chunk <= first_chunk:
-            return 0, False
-        hit_chunks, pending = 0, False
-        for key in state.offload_keys[first_chunk:end_chunk]:
-            result = self.manager.lookup(key)
-            if result is LookupResult.MISS:
-                break
-            pending |= result is LookupResult.HIT_PENDING
-            hit_chunks += 1
-        hit_keys = state.offload_keys[first_chunk:first_chunk + hit_chunks]
-        if pending or not self._chunks_being_loaded.isdisjoint(hit_keys):
+        hits = self._lookup(state, num_local_tokens)
+        if self._touch_on_access:  # vLLM <= 0.30 touched after deferred and zero-hit lookups too
+            self.manager.touch(state.offload_keys)
+        if hits is None:
             self.stats.deferred_lookups += 1
             return None, False
-        hits = (first_chunk + hit_chunks) * tpc - num_local_tokens if hit_chunks else 0
+        return hits, hits > 0
+
+    def _lookup(self, state: RequestState, num_local_tokens: int) -> int | None:
+        """Whole chunks past ``num_local_tokens`` the tier holds, as tokens; None: ask again.
+
+        vLLM's complete-chunk rule (``_lookup_complete_chunks``, every release modelled): a hit
+        that would add less than one whole chunk of tokens beyond the GPU prefix hit reports 0.
+        With blocks_per_chunk > 1 the GPU hit may end mid-chunk; the first hit chunk then only
+        adds its tail, and a lone chunk whose tail is shorter than a chunk is not worth a load.
+        """
+        tpc = self.config.tokens_per_chunk
+        keyed_end = min(state.req.num_tokens, len(state.offload_keys) * tpc)
+        if keyed_end - num_local_tokens < tpc:
+            return 0  # not even one whole chunk could be loaded: no query at all
+        first_chunk = num_local_tokens // tpc
+        end_chunk = keyed_end // tpc
+        hit_chunks, pending = 0, False
+        lookup, MISS, PENDING = self.manager.lookup, LookupResult.MISS, LookupResult.HIT_PENDING
+        for key in state.offload_keys[first_chunk:end_chunk]:
+            result = lookup(key)
+            if result is MISS:
+                break
+            pending |= result is PENDING
+            hit_chunks += 1
+        if pending:
+            return None
+        hits = (first_chunk + hit_chunks) * tpc - num_local_tokens
+        if hits < tpc:
+            hits = 0
+        elif not self._chunks_being_loaded.isdisjoint(state.offload_keys[first_chunk:first_chunk + hit_chunks]):
+            return None
         self.stats.lookups += 1
         self.stats.queried_tokens += end_chunk * tpc - num_local_tokens
         self.stats.hit_tokens += hits
-        self.manager.touch(state.offload_keys)
-        return hits, hits > 0
+        return hits
 
     def update_state_after_alloc(self, req: RequestView, block_ids: Sequence[BlockId], num_external_tokens: int) -> None:
         """Blocks are allocated for an admitted request; with external hits, build its load job."""
@@ -156,11 +147,11 @@ class ReferenceConnectorScheduler:
         end_chunk = cdiv(num_cached, cfg.tokens_per_chunk)
         keys = tuple(state.offload_keys[first_chunk:end_chunk])
         destination = tuple(block_ids[local_blocks:cdiv(num_cached, cfg.block_size)])
-        state.next_stored_chunk = end_chunk  # hit chunks are not stored again
+        state.move_cursor(end_chunk, self._tokens_per_chunk)  # hit chunks are not stored again
         if self._has_jobs(state):
             # Only reachable with defer_lookup_while_transferring off (vLLM issue #46014).
             raise ConnectorCrash(f"assert not transfer_jobs: load for {req.req_id!r} while it has jobs in flight")
-        slots = self.manager.prepare_load(req.req_id, keys)
+        slots = self.manager.prepare_load(req.req_id, keys, range(first_chunk, end_chunk))
         job_id = self.jobs.add_load(req.req_id, keys)
         state.load_destination = destination
         self._chunks_being_loaded.update(keys)
@@ -183,11 +174,14 @@ class ReferenceConnectorScheduler:
 
         flush = self._flush_next_plan
         for req_id in out.preempted_req_ids:  # their blocks are freed: every store must land first
+            state = self._requests.get(req_id)
+            if state is not None and state.stale_job_ids:
+                state.crash_on_stale_jobs("build_connector_meta (preempted request)")
             flush.update(self.jobs.jobs_of(req_id))
         # The fence: a block handed out in this schedule may still be read by a pending store.
         flush.update(self.jobs.stores_reading(allocated))
 
-        store_jobs = self._build_store_jobs(out, allocated, flush)
+        store_jobs = self._stores.build(self._requests, out, allocated, flush)
         plan = StepPlan(tuple(self._load_jobs_this_step), tuple(store_jobs), frozenset(flush))
         self.stats.flushed_jobs += len(flush)
 
@@ -212,101 +206,6 @@ class ReferenceConnectorScheduler:
         self._allocated_this_step = set()
         return plan
 
-    def _build_store_jobs(self, out: SchedulerOutput, allocated: set[BlockId], flush: set[JobId]) -> list[TransferJob]:
-        tpc = self.config.tokens_per_chunk
-        requests = self._requests
-        jobs: list[TransferJob] = []
-        for req_id, num_scheduled in out.num_scheduled_tokens.items():
-            state = requests.get(req_id)
-            if state is None:
-                continue
-            req = state.req
-            # Fast path, the common decode step: the watermark, min(computed + scheduled,
-            # num_tokens), stays short of the end of the next chunk to store.
-            boundary = (state.next_stored_chunk + 1) * tpc
-            if req.num_computed_tokens + num_scheduled < boundary or len(req.all_token_ids) < boundary:
-                continue
-            self._store_request(state, num_scheduled, allocated, flush, jobs)
-        if self.fixes.last_block_at_finish:  # PR #48596: finished requests get their last store
-            for req_id in out.finished_req_ids:
-                state = requests.get(req_id)
-                if state is not None:
-                    self._store_request(state, 0, allocated, flush, jobs)
-        return jobs
-
-    def _store_request(self, state: _RequestState, num_scheduled: int, allocated: set[BlockId],
-                       flush: set[JobId], jobs: list[TransferJob]) -> None:
-        """Offer the request's chunks from its cursor up to its watermark to the manager; on
-        success append the store job (and flush it if its blocks were just handed out)."""
-        cfg, fixes = self.config, self.fixes
-        bpc, tpc = cfg.blocks_per_chunk, cfg.tokens_per_chunk
-        req = state.req
-        req_id = req.req_id
-        start = state.next_stored_chunk
-        num_chunks = self._offloadable_tokens(req, num_scheduled) // tpc
-        if num_chunks <= start:
-            return
-        finished = req.status.is_finished
-        self._refresh_keys(state)
-        if fixes.storable_within_allocated:
-            num_chunks = min(num_chunks, len(state.block_ids) // bpc, len(state.offload_keys))
-            if num_chunks <= start:
-                return
-        keys = state.offload_keys[start:num_chunks]
-        last_blocks = state.block_ids[start * bpc + bpc - 1:num_chunks * bpc:bpc]
-        if not len(keys) == len(last_blocks) == num_chunks - start:
-            # vLLM's `assert len(offload_keys) == len(block_ids)` (#49118, #52170): fatal.
-            raise ConnectorCrash(
-                f"assert len(offload_keys) == len(block_ids) failed for {req_id!r}: chunks "
-                f"{start}..{num_chunks}, {len(keys)} keys, {len(last_blocks)} blocks")
-        wanted = [(chunk, key) for chunk, (key, block) in enumerate(zip(keys, last_blocks), start)
-                  if block != NULL_BLOCK]
-        if not wanted:
-            state.next_stored_chunk = num_chunks
-            return
-        wanted_keys = [key for _, key in wanted]
-        prepared = self.manager.prepare_store(req_id, wanted_keys)
-        if prepared is None:  # tier full of pending or pinned chunks: retry next step
-            self.stats.store_allocation_failures += 1
-            return
-        state.next_stored_chunk = num_chunks
-        if not prepared.keys_to_store:
-            return
-        self.manager.touch(wanted_keys)
-        if len(prepared.keys_to_store) == num_chunks - start:  # the usual case: every chunk is new
-            source = tuple(state.block_ids[start * bpc:num_chunks * bpc])
-            slots = prepared.slots
-            chunk_indices = tuple(range(start, num_chunks))
-        else:
-            slot_of = dict(zip(prepared.keys_to_store, prepared.slots))
-            stored = [(chunk, slot_of[key]) for chunk, key in wanted if key in slot_of]
-            source = tuple(b for chunk, _ in stored for b in state.block_ids[chunk * bpc:(chunk + 1) * bpc])
-            slots = tuple(slot for _, slot in stored)
-            chunk_indices = tuple(chunk for chunk, _ in stored)
-        job_id = self.jobs.add_store(req_id, prepared.keys_to_store, source, fence_now=finished)
-        if finished and not allocated.isdisjoint(source):
-            flush.add(job_id)  # its blocks were just handed out again (PR #48596)
-        self.stats.store_jobs += 1
-        self.stats.chunks_stored += len(slots)
-        jobs.append(TransferJob(job_id, req_id, TransferKind.STORE, source, slots, chunk_indices))
-
-    def _offloadable_tokens(self, req: RequestView, num_scheduled: int) -> int:
-        """The store watermark: tokens whose KV a forward pass has written (or will this step)."""
-        status = req.status
-        if status is RequestStatus.FINISHED_ABORTED and self.fixes.aborted_watermark:
-            watermark = req.num_computed_tokens  # PR #49285
-        elif status.is_finished:
-            if self.fixes.final_token_watermark:  # PR #54288: the last token's slot is unwritten
-                watermark = max(req.num_prompt_tokens, req.num_tokens - 1)
-            else:
-                watermark = req.num_tokens
-        else:
-            watermark = req.num_computed_tokens + num_scheduled
-        watermark = min(watermark, req.num_tokens)
-        if self.config.offload_prompt_only:
-            watermark = min(watermark, req.num_prompt_tokens)
-        return watermark
-
     # ---- finish, completions, reset -------------------------------------------------------
 
     def request_finished(self, req: RequestView, block_ids: Sequence[BlockId] = ()) -> bool:
@@ -320,7 +219,9 @@ class ReferenceConnectorScheduler:
             self.manager.on_request_finished(req.req_id)
             return False
         if self.fixes.last_block_at_finish:
-            self._refresh_keys(state)  # the final tokens may have completed a chunk's hash
+            state.refresh_keys(self.config.blocks_per_chunk)  # the final tokens may have completed a chunk's hash
+        if state.stale_job_ids:
+            state.crash_on_stale_jobs("request_finished")
         self.jobs.fence_request(req.req_id)
         if not self.fixes.deferred_finish_signal:
             # vLLM <= 0.26: signalled before the final store is even built (issue #49635).
@@ -358,10 +259,10 @@ class ReferenceConnectorScheduler:
         blocks, self._load_error_blocks = self._load_error_blocks, set()
         return blocks
 
-    def _has_jobs(self, state: _RequestState) -> bool:
+    def _has_jobs(self, state: RequestState) -> bool:
         return bool(state.stale_job_ids) or self.jobs.has_jobs(state.req.req_id)
 
-    def _release_if_done(self, state: _RequestState) -> None:
+    def _release_if_done(self, state: RequestState) -> None:
         if self._has_jobs(state):
             return
         if self.fixes.deferred_finish_signal:
@@ -386,14 +287,15 @@ class ReferenceConnectorScheduler:
                     self.manager.on_request_finished(req_id)
                 del self._requests[req_id]
                 continue
-            state.next_stored_chunk = 0
+            state.move_cursor(0, self._tokens_per_chunk)
             if not self.fixes.reset_clears_request_jobs:
                 state.stale_job_ids = state.stale_job_ids + jobs_by_request[req_id]
         self.manager.reset_cache()
         return True
 
     def has_pending_work(self) -> bool:
-        return bool(len(self.jobs) or self._flush_next_plan or self.manager.has_pending_work())
+        # One tier and no background work in the manager: only jobs and flushes keep it busy.
+        return bool(len(self.jobs) or self._flush_next_plan)
 
     # ---- introspection --------------------------------------------------------------------
 
@@ -404,7 +306,8 @@ class ReferenceConnectorScheduler:
         return self._requests[req_id].next_stored_chunk
 
     def check_invariants(self, full: bool = True) -> None:
-        """I1-I4 over the job indexes (cost: jobs in flight); ``full`` adds O(capacity) checks."""
+        """Invariants I1-I4 (docs/design.md) over the job indexes (cost: jobs in flight);
+        ``full`` adds the manager's O(capacity) checks."""
         self.jobs.check_invariants()
         self.manager.check_invariants(full)
         for req_id in self.jobs.request_ids():

@@ -27,6 +27,9 @@ class EngineConfig:
     seed: int = 0
     strict_lifecycle: bool = True
     scheduling: Literal["sync", "async"] = "sync"
+    # vLLM's scheduler_reserve_full_isl (SchedulerConfig, default on): a waiting request is
+    # admitted only if blocks for its whole prompt are free, not just for its first chunk.
+    reserve_full_isl: bool = True
     profile: str = "h100-llama3-8b"
 
     def __post_init__(self) -> None:
@@ -50,7 +53,7 @@ class EngineConfig:
         if self.scheduling not in ("sync", "async"):
             raise ConfigError(f"scheduling must be 'sync' or 'async', got {self.scheduling!r}")
         hardware_profile(self.profile)  # ConfigError naming an unknown profile
-        for name in ("offload_prompt_only", "strict_lifecycle"):
+        for name in ("offload_prompt_only", "strict_lifecycle", "reserve_full_isl"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
 

@@ -39,6 +39,7 @@ from kvoffload.engine.oracle import KVOracle
 from kvoffload.engine.record import RunRecord
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.engine.scheduler import SchedulerModel, StepOutput
+from kvoffload.engine.watchdog import ProgressWatchdog
 from kvoffload.worker.connector import WorkerConnector
 from kvoffload.worker.kv import KVCache
 from kvoffload.worker.stepped import SteppedTransferHandler
@@ -89,6 +90,8 @@ class Engine:
         self.pool = BlockPool(config.gpu_blocks, bs)
         self.scheduler = SchedulerModel(config, self.pool, self.connector, self.observer,
                                         on_finished=lambda live, step: self.feed.parent_finished(live.req_id, step))
+        self.watchdog = ProgressWatchdog(config.store_completion_steps)
+        self.observer.watchdog = self.watchdog
         self._reset_at = set(reset_cache_at)
         self._pending_output: StepOutput | None = None  # async: the step whose output is unprocessed
         self._step = 0
@@ -106,11 +109,14 @@ class Engine:
             while self._has_work():
                 if self.max_steps is not None and self._step >= self.max_steps:
                     self.record.stuck_requests = tuple(self.scheduler.live)
+                    self.record.max_steps_reached = True
                     break
                 if self._idle_steps >= STUCK_AFTER_STEPS:
-                    self.record.stuck_requests = tuple(live.req_id for live in self.scheduler.waiting)
+                    self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding, *self.scheduler.waiting))
                     break
                 self._one_step()
+                if self.record.livelock is not None:
+                    break
                 if self.on_step is not None:
                     self.on_step(self._step, len(self.scheduler.finished))
             if self._pending_output is not None:
@@ -169,7 +175,12 @@ class Engine:
                 self._update_from_output(self._pending_output)
             self._pending_output = output if scheduled or results else None
         busy = scheduled or plan.load_jobs or plan.store_jobs or results or self.feed.has_pending()
-        self._idle_steps = 0 if busy or not scheduler.waiting else self._idle_steps + 1
+        self._idle_steps = 0 if busy or not (scheduler.waiting or scheduler.kv_holding) else self._idle_steps + 1
+        verdict = self.watchdog.observe(step, scheduled, len(scheduler.finished), scheduler.live)
+        if verdict is not None:
+            self.record.livelock = verdict.as_dict()
+            self.record.livelock_message = verdict.describe()
+            self.record.stuck_requests = verdict.alive
         if self.check_invariants:
             self._check_invariants()
         self._step += 1
@@ -211,13 +222,16 @@ class Engine:
     def _check_invariants(self, full: bool | None = None) -> None:
         if full is None:
             full = self._step % FULL_CHECK_EVERY_STEPS == 0
-        try:
-            self.connector.check_invariants(full)
-            self.pool.check_invariants(self.scheduler.blocks_in_use(), full)
-        except AssertionError as error:
-            if self.strict:
-                raise EngineInvariantError(str(error)) from error
-            self.observer.invariant_failed(self._step, error)
+        for rule in ("connector", "block-pool"):  # rule ids: docs/engine.md, "Invariants"
+            try:
+                if rule == "connector":
+                    self.connector.check_invariants(full)
+                else:
+                    self.pool.check_invariants(self.scheduler.blocks_in_use(), full)
+            except AssertionError as error:
+                if self.strict:
+                    raise EngineInvariantError(f"{rule}: {error}") from error
+                self.observer.invariant_failed(self._step, rule, error)
 
     def _finish_record(self, wall: float) -> None:
         record = self.record

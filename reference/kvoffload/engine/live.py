@@ -14,8 +14,9 @@ from kvoffload.engine.requests import RequestSpec
 class Phase(enum.Enum):
     """Where a request is in the engine's scheduler model (docs/engine.md, "Request phases").
 
-    WAITING and LOADED requests sit in the waiting queue, RUNNING ones in the running list;
-    a LOADING request waits in the waiting queue too but is skipped until its load lands.
+    WAITING requests sit in the waiting queue, RUNNING ones in the running list. LOADING and
+    LOADED requests hold blocks and sit in the KV-holding queue, which admission drains first
+    (vLLM 0.32 ``Scheduler.kv_holding_waiting``); a LOADING one is skipped until its load lands.
     """
 
     WAITING = "waiting"  # new or preempted: the next admission asks the prefix cache and connector
@@ -43,6 +44,7 @@ class LiveRequest:
     generation: int = 0  # bumped by preemption: outputs scheduled before it are dropped
     spec_steps: int = 0  # decode steps with drafts so far (indexes accept_counts)
     loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings
+    last_scheduled_seq: int = 0  # the scheduler's non-empty-step counter when it last ran
     abort_requested: bool = False
     admitted: bool = False  # the first admission (for hit-rate metrics) happened
 

@@ -27,6 +27,10 @@ class OpenStore:
     submitted: bool = False  # handed to the transfer handler
 
 
+# Failed invariant checks kept with their step and rule (all are counted).
+FIRST_VIOLATIONS_KEPT = 5
+
+
 class RunObserver:
     def __init__(self, profile: HardwareProfile, block_size: int, tokens_per_chunk: int, trace: bool):
         self.record = RunRecord()
@@ -37,6 +41,7 @@ class RunObserver:
         self.step = 0  # the engine step in progress
         self.open_stores: dict[int, OpenStore] = {}  # store job id -> (built, completion unprocessed)
         self._chunk_written_at: dict[tuple[str, int], int] = {}
+        self.watchdog = None  # the engine's ProgressWatchdog: told of every preemption
 
     def timed(self, call, *args):
         """Call a connector method, adding its wall time to ``connector_seconds``."""
@@ -53,11 +58,15 @@ class RunObserver:
         self.record.prompt_tokens += live.spec.num_prompt_tokens
 
     def admitted(self, live: LiveRequest, num_local: int, hits: int, parent: LiveRequest | None) -> None:
-        """A request's first admission: its hit tokens, and whether it continues its parent."""
+        """An admission through a lookup: every one counts for offload_hit_rate; the first also for
+        the GPU hit rate and, for a follow-up, whether it continues its parent."""
+        record = self.record
+        record.admissions += 1
+        record.admission_asked_tokens += live.req.num_tokens - num_local
+        record.admission_hit_tokens += hits
         if live.admitted:
             return
         live.admitted = True
-        record = self.record
         record.gpu_hit_tokens += num_local
         record.admitted_prompt_tokens += live.req.num_tokens
         record.connector_hit_tokens_admitted += hits
@@ -84,6 +93,8 @@ class RunObserver:
 
     def preempted(self, live: LiveRequest) -> None:
         self.record.preemptions += 1
+        if self.watchdog is not None:
+            self.watchdog.preempted(live.req_id)
 
     def sampled(self, count: int) -> None:
         self.record.output_tokens += count
@@ -148,5 +159,9 @@ class RunObserver:
 
     # ---- invariants ---------------------------------------------------------------------------
 
-    def invariant_failed(self, step: int, error: AssertionError) -> None:
-        self.record.invariant_failures.append(f"step {step}: {error}")
+    def invariant_failed(self, step: int, rule: str, error: AssertionError) -> None:
+        """A failed invariant check is a result (the ``invariant_violations`` metric)."""
+        self.record.invariant_failures.append(f"step {step}: {rule}: {error}")
+        if len(self.record.invariant_violations) < FIRST_VIOLATIONS_KEPT:
+            self.record.invariant_violations.append({"step": step, "rule": rule, "message": str(error)})
+        self.record.invariant_violation_count += 1

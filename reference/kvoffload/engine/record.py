@@ -41,11 +41,16 @@ class RunRecord:
     gpu_hit_tokens: int = 0  # first admissions only
     admitted_prompt_tokens: int = 0
     connector_hit_tokens_admitted: int = 0
-    preemptions: int = 0
     # Every answered get_num_new_matched_tokens call (re-admissions and repeats included) and
     # the tokens it asked about (the prompt beyond the GPU prefix hit); deferred calls excluded.
     connector_lookups: int = 0
     connector_lookup_tokens: int = 0
+    # Every admission from the waiting queue through a lookup (first or after a preemption), once
+    # each however many lookups it took: tokens asked (beyond the GPU prefix hit), tokens supplied.
+    admissions: int = 0
+    admission_asked_tokens: int = 0
+    admission_hit_tokens: int = 0
+    preemptions: int = 0
     poisoned: list[PoisonedLoad] = field(default_factory=list)
     fence_violations: list[FenceViolation] = field(default_factory=list)
     continuations: list[Continuation] = field(default_factory=list)
@@ -59,7 +64,12 @@ class RunRecord:
     stuck_requests: tuple[str, ...] = ()
     leaked_requests: tuple[str, ...] = ()
     lifecycle_violations: int = 0
-    invariant_failures: list[str] = field(default_factory=list)
+    invariant_failures: list[str] = field(default_factory=list)  # "step N: rule: message", all of them
+    invariant_violation_count: int = 0
+    invariant_violations: list[dict] = field(default_factory=list)  # the first few: step, rule, message
+    livelock: dict | None = None  # the progress watchdog's verdict (engine/watchdog.py)
+    livelock_message: str | None = None
+    max_steps_reached: bool = False  # the run stopped at the max_steps cap
     store_bytes: int = 0
     store_seconds: float = 0.0
     load_bytes: int = 0

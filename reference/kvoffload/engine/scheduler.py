@@ -60,9 +60,19 @@ class SchedulerModel:
         self.live: dict[str, LiveRequest] = {}
         self.finished: dict[str, LiveRequest] = {}
         self.waiting: deque[LiveRequest] = deque()
+        self.kv_holding: deque[LiveRequest] = deque()  # LOADING and LOADED requests, admitted first
         self.running: list[LiveRequest] = []
         self.finished_since_schedule: list[str] = []
         self.loads_in_flight: dict[int, LoadInFlight] = {}  # load job id ->
+        # Admitted requests still short of blocks for their whole prompt (vLLM's
+        # _inflight_prefills): an async load must leave room for them to finish.
+        self.inflight_prefills: dict[str, LiveRequest] = {}
+        # Deferred block frees (vLLM's defer_block_free, on with async scheduling and a
+        # connector): a request's blocks go back only once the last step that scheduled it was
+        # processed. Steps are counted when they schedule any token.
+        self.scheduled_seq = 0  # non-empty steps scheduled
+        self.processed_seq = 0  # non-empty steps whose output was processed
+        self.deferred_frees: deque[tuple[int, list[int]]] = deque()  # (fence, blocks)
 
     # ---- arrivals and aborts --------------------------------------------------------------
 
@@ -91,6 +101,8 @@ class SchedulerModel:
         budget = self._schedule_running(scheduled, num_scheduled, new_blocks, preempted)
         if not preempted:
             self._schedule_waiting(budget, scheduled, num_scheduled, new_blocks)
+        if scheduled and any(item.num_tokens for item in scheduled):
+            self.scheduled_seq += 1
         finished = tuple(self.finished_since_schedule)
         self.finished_since_schedule = []
         out = SchedulerOutput(step=step, num_scheduled_tokens=num_scheduled, new_block_ids=new_blocks,
@@ -119,12 +131,15 @@ class SchedulerModel:
                 count = min(remaining, budget)
             needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
             while needed > self.pool.num_free:
-                victim = self.running.pop()
+                victim = self.running[-1]
+                if not self._can_free(victim):  # a deferred free would not help now
+                    break
+                self.running.pop()
                 self._preempt(victim)
                 preempted.append(victim.req_id)
                 if victim is live:
                     break
-            if live.phase is Phase.WAITING:  # it preempted itself
+            if live.phase is Phase.WAITING or needed > self.pool.num_free:  # preempted itself, or stuck
                 break
             if needed > 0:
                 fresh = self.pool.allocate(needed)
@@ -141,69 +156,120 @@ class SchedulerModel:
         return budget
 
     def _schedule_waiting(self, budget, scheduled, num_scheduled, new_blocks) -> None:
-        """Admit waiting requests in queue order while budget, blocks and seats last."""
+        """Admit waiting requests, those holding blocks first, until one cannot get blocks.
+
+        vLLM 0.32 ``Scheduler.schedule``: the KV-holding queue is drained before the waiting
+        queue; the first allocation that fails ends admission for the step; a connector hit
+        allocates blocks for the hit only (``num_new_tokens = 0``) and must leave the blocks
+        admitted prefills still need (``reserved_blocks``); with ``reserve_full_isl`` the whole
+        prompt must fit (``allocate_slots(full_sequence_must_fit=...)``).
+        """
         cfg = self.config
         bs = cfg.block_size
         asynchronous = cfg.scheduling == "async"
-        skipped: list[LiveRequest] = []
-        # Once a request could not get blocks, only requests whose load landed may still start:
-        # they hold their blocks already, and running them is what frees blocks again.
-        blocked = False
-        while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            live = self.waiting.popleft()
+        pool = self.pool
+        skipped_holding: list[LiveRequest] = []
+        skipped_waiting: list[LiveRequest] = []
+        while budget > 0:
+            queue = self.kv_holding or self.waiting
+            if not queue or len(self.running) >= cfg.max_num_seqs:
+                break
+            live = queue[0]
             req = live.req
-            if live.phase is Phase.LOADING or (blocked and live.phase is not Phase.LOADED):
-                skipped.append(live)
+            if live.phase is Phase.LOADING:  # its load has not landed
+                skipped_holding.append(queue.popleft())
                 continue
+            full_prompt = cdiv(req.num_tokens, bs)
             if live.phase is Phase.LOADED:  # continue after the loaded tokens
+                # _update_waiting_for_remote_kv: the loaded blocks are cached when admission reaches it
+                self.commit_computed(live, live.loaded_tokens)
                 count = min(req.num_tokens - req.num_computed_tokens, budget)
                 needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
-                if needed > self.pool.num_free:
-                    skipped.append(live)
-                    blocked = True
-                    continue
-                live.blocks.extend(self.pool.allocate(needed))
+                if cfg.reserve_full_isl and full_prompt - len(live.blocks) > pool.num_free:
+                    break
+                if needed > pool.num_free:
+                    break
+                queue.popleft()
+                live.blocks.extend(pool.allocate(needed))
             else:
-                local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs)
+                local_blocks = pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs)
                 num_local = len(local_blocks) * bs
                 hits, _ = self._timed(self.connector.get_num_new_matched_tokens, req, num_local)
                 if hits is None:  # the connector asks to be asked again
-                    skipped.append(live)
+                    skipped_waiting.append(queue.popleft())
                     continue
                 self.observer.looked_up(req.num_tokens - num_local)
                 count = 0 if hits else min(req.num_tokens - num_local, budget)
-                # A load gets blocks for its whole prompt at once, so that once it lands it can
-                # run without asking for more (a request holding blocks must be able to finish).
-                needed = cdiv(req.num_tokens if hits else num_local + count, bs) - len(local_blocks)
-                if needed > self.pool.num_free_after_taking(local_blocks):
-                    skipped.append(live)
-                    blocked = True
-                    continue
+                needed = cdiv(num_local + hits + count, bs) - len(local_blocks)
+                free = pool.num_free_after_taking(local_blocks)
+                if cfg.reserve_full_isl and full_prompt - len(local_blocks) > free:
+                    break
+                if needed > free - (self._inflight_reserved_blocks() if hits else 0):
+                    break
+                queue.popleft()
                 parent_id = live.spec.parent
                 self.observer.admitted(live, num_local, hits, self.finished.get(parent_id) if parent_id else None)
-                self.pool.take(local_blocks)
-                live.blocks = local_blocks + self.pool.allocate(needed)
+                pool.take(local_blocks)
+                live.blocks = local_blocks + pool.allocate(needed)
                 live.num_committed_blocks = len(local_blocks)
                 req.num_computed_tokens = num_local
                 self._timed(self.connector.update_state_after_alloc, req, tuple(live.blocks), hits)
-                if hits:  # its job id arrives with the plan
+                if hits:  # its job id arrives with the plan; its blocks are cached once it landed
                     live.loaded_tokens = num_local + hits
                     live.phase = Phase.LOADING
                     req.status = RequestStatus.WAITING_FOR_LOAD
-                    skipped.append(live)
+                    self.inflight_prefills[live.req_id] = live
+                    skipped_holding.append(live)
                     continue
             live.phase = Phase.RUNNING
             self.running.append(live)
             new_blocks[live.req_id] = tuple(live.blocks)
             known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
             samples = req.num_computed_tokens + count >= known
+            if req.num_computed_tokens + count < req.num_tokens:
+                self.inflight_prefills[live.req_id] = live
             self.commit(live, count)
             scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, 0, live.generation,
                                        prefill=True))
             num_scheduled[live.req_id] = count
             budget -= count
-        for live in reversed(skipped):
+        for live in reversed(skipped_holding):
+            self.kv_holding.appendleft(live)
+        for live in reversed(skipped_waiting):
             self.waiting.appendleft(live)
+
+    def _inflight_reserved_blocks(self) -> int:
+        """Blocks the admitted prefills still need for their whole prompt (and, with drafts,
+        one decode step), as vLLM's ``_inflight_prefill_reserved_blocks``."""
+        bs = self.config.block_size
+        extra = 1 + self.config.spec_tokens if self.config.spec_tokens else 0
+        return sum(max(0, cdiv(live.req.num_tokens + extra, bs) - len(live.blocks))
+                   for live in self.inflight_prefills.values())
+
+    def commit_computed(self, live: LiveRequest, num_tokens: int) -> None:
+        """Cache the request's full blocks below ``num_tokens`` (``KVCacheManager.cache_blocks``)."""
+        req = live.req
+        full_blocks = min(num_tokens, req.num_tokens, len(live.blocks) * self.config.block_size) \
+            // self.config.block_size
+        if full_blocks > live.num_committed_blocks:
+            self.pool.commit(live.blocks, req.block_hashes, live.num_committed_blocks, full_blocks)
+            live.num_committed_blocks = full_blocks
+
+    def _can_free(self, live: LiveRequest) -> bool:
+        """vLLM's ``_request_blocks_can_be_freed``: no unprocessed step still writes its blocks."""
+        return live.last_scheduled_seq <= self.processed_seq
+
+    def _free_blocks(self, live: LiveRequest) -> None:
+        if live.blocks:
+            if self._can_free(live):
+                self.pool.free(live.blocks)
+            else:
+                self.deferred_frees.append((self.scheduled_seq, live.blocks))
+        live.blocks = []
+
+    def _drain_deferred_frees(self) -> None:
+        while self.deferred_frees and self.deferred_frees[0][0] <= self.processed_seq:
+            self.pool.free(self.deferred_frees.popleft()[1])
 
     def commit(self, live: LiveRequest, num_new: int) -> None:
         """vLLM caches blocks when it allocates them, for the tokens known at that moment:
@@ -216,8 +282,8 @@ class SchedulerModel:
 
     def _preempt(self, live: LiveRequest) -> None:
         """Recompute preemption: blocks back to the pool, progress forgotten, front of the queue."""
-        self.pool.free(live.blocks)
-        live.blocks = []
+        self._free_blocks(live)
+        self.inflight_prefills.pop(live.req_id, None)
         live.num_committed_blocks = 0
         live.req.num_computed_tokens = 0
         live.req.status = RequestStatus.PREEMPTED
@@ -231,10 +297,14 @@ class SchedulerModel:
         """vLLM's ``_update_after_schedule``: counters advance after the connector's build."""
         asynchronous = self.config.scheduling == "async"
         for item in scheduled:
-            item.live.req.num_computed_tokens += item.num_tokens
-            item.live.req.status = RequestStatus.RUNNING
+            live = item.live
+            live.req.num_computed_tokens += item.num_tokens
+            live.req.status = RequestStatus.RUNNING
+            live.last_scheduled_seq = self.scheduled_seq
             if item.samples and asynchronous:
-                item.live.pending_outputs += 1
+                live.pending_outputs += 1
+            if live.req.num_computed_tokens >= live.req.num_tokens:  # no longer a prefill chunk
+                self.inflight_prefills.pop(live.req_id, None)
 
     def plan_built(self, plan: StepPlan) -> None:
         for job in plan.load_jobs:
@@ -245,6 +315,10 @@ class SchedulerModel:
     def update_from_output(self, output: StepOutput) -> None:
         """Append each scheduled request's samples (drafts verified) and finish what stopped."""
         step = output.step
+        asynchronous = self.config.scheduling == "async"
+        if any(item.num_tokens for item in output.scheduled):
+            self.processed_seq += 1
+            self._drain_deferred_frees()
         for item in output.scheduled:
             live = item.live
             if item.samples and live.pending_outputs and item.generation == live.generation:
@@ -260,6 +334,8 @@ class SchedulerModel:
                 self.observer.sampled(len(tokens))
                 rejected = item.num_tokens - 1 - item.accepted if not item.prefill else 0
                 req.num_computed_tokens -= rejected
+                if asynchronous:  # AsyncScheduler._update_request_with_output -> cache_blocks
+                    self.commit_computed(live, req.num_computed_tokens - live.pending_outputs)
             if live.num_outputs >= live.spec.max_tokens:
                 status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
                 self.finish(live, status, step)
@@ -274,7 +350,6 @@ class SchedulerModel:
         req.num_computed_tokens = min(live.loaded_tokens, req.num_tokens - 1)
         live.phase = Phase.LOADED
         req.status = RequestStatus.WAITING
-        self.commit(live, 0)
 
     def finish(self, live: LiveRequest, status: RequestStatus, step: int) -> None:
         live.req.status = status
@@ -283,9 +358,11 @@ class SchedulerModel:
             self.running.remove(live)
         if live in self.waiting:
             self.waiting.remove(live)
+        if live in self.kv_holding:
+            self.kv_holding.remove(live)
+        self.inflight_prefills.pop(live.req_id, None)
         self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
-        self.pool.free(live.blocks)
-        live.blocks = []
+        self._free_blocks(live)
         del self.live[live.req_id]
         self.finished[live.req_id] = live
         self.finished_since_schedule.append(live.req_id)
@@ -295,7 +372,9 @@ class SchedulerModel:
     # ---- state for the engine -----------------------------------------------------------------
 
     def blocks_in_use(self) -> int:
-        return sum(len(live.blocks) for live in self.live.values())
+        """Block-table entries of live requests plus blocks whose free is deferred."""
+        return (sum(len(live.blocks) for live in self.live.values())
+                + sum(len(blocks) for _, blocks in self.deferred_frees))
 
     def blocks_held_by(self, req_id: str) -> set[int] | tuple:
         owner = self.live.get(req_id)

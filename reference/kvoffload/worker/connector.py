@@ -18,7 +18,7 @@ copy happens a step later from blocks that a new owner has overwritten.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable
 
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.types import BlockId, JobId, StepPlan, TransferJob, TransferKind, TransferResult
@@ -104,10 +104,6 @@ class WorkerConnector:
             elif kind is TransferKind.LOAD:
                 self._stats = WorkerStats(stats.stores, stats.loads.plus(result), stats.failed_jobs)
         return results
-
-    def wait(self, job_ids: Iterable[JobId]) -> None:
-        """Block until the named submitted jobs were copied (unknown ids are ignored)."""
-        self.handler.wait(job_ids)
 
     def unsubmitted_store_source_blocks(self) -> frozenset[BlockId]:
         """GPU blocks read by stores queued here and not yet handed to the handler."""

@@ -32,8 +32,15 @@ from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads import mooncake, multi_turn, shared_prefix, sharegpt, spec_decode  # noqa: F401  (register)
 from kvoffload.workloads.distributions import Distribution, parse_distribution
-from kvoffload.workloads.registry import GENERATORS, GenerateContext, Generator, in_arrival_order
-from kvoffload.workloads.schema import TableReader, WorkloadError, fail
+from kvoffload.workloads.limits import MAX_STEP, Budget, check_engine
+from kvoffload.workloads.registry import (
+    GENERATORS,
+    GenerateContext,
+    Generator,
+    estimated_arrival_steps,
+    in_arrival_order,
+)
+from kvoffload.workloads.schema import TableReader, WorkloadError, fail, require_regular_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -102,15 +109,34 @@ def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workloa
     """Read, override (``--set KEY=VALUE`` strings; ``seed`` reseeds the generator too), generate."""
     definition, source = _resolve(spec)
     seed, engine = _apply_overrides(definition, overrides or {})
-    ctx = GenerateContext(seed=seed, engine=engine, source=definition.display, base_dir=definition.base_dir)
-    requests = in_arrival_order(definition.generator.generate(ctx))
+    check_engine(engine, _settings_source(definition.display, overrides or {}))
+    ctx = GenerateContext(seed=seed, engine=engine, source=definition.display, base_dir=definition.base_dir,
+                          budget=Budget(engine, definition.display))
+    generated = definition.generator.generate(ctx)
+    if not generated:
+        raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
+    _check_arrivals(generated, definition.display)
+    requests = in_arrival_order(generated)
     if definition.aborts is not None:
         requests = definition.aborts.apply(requests, seed)
     _check_fit(requests, engine, definition.display)
-    if not requests:
-        raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
     return Workload(name=definition.name, description=definition.description, seed=seed, engine=engine,
                     requests=requests, source=source)
+
+
+def _settings_source(display: str, overrides: dict[str, str]) -> str:
+    """Where engine settings came from, for messages: the file, and the --set flags if any."""
+    if not overrides:
+        return f"{display}: key engine"
+    return f"{display} with --set " + " ".join(f"{key}={text}" for key, text in overrides.items())
+
+
+def _check_arrivals(requests: list[RequestSpec], display: str) -> None:
+    """Arrival steps (a follow-up's estimated from its parent's) must stay step numbers (limits.py)."""
+    for step, spec in zip(estimated_arrival_steps(requests), requests):
+        if step > MAX_STEP:
+            raise WorkloadError(f"{display}: request {spec.req_id}: expected an arrival step of at most 2**53 "
+                                f"(gaps and think times add up), got {step:,}")
 
 
 def _check_fit(requests: tuple[RequestSpec, ...], engine: EngineConfig, display: str) -> None:
@@ -159,10 +185,9 @@ def _trace_definition(kind: str, file: str) -> _Definition:
 
 
 def _read_definition(path: Path, *, display: str) -> _Definition:
+    require_regular_file(path, display, "a workload definition .toml")
     try:
         text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise WorkloadError(f"{display}: no such file (expected a workload definition .toml)") from None
     except UnicodeDecodeError:
         raise WorkloadError(f"{display}: expected UTF-8 TOML text, got undecodable bytes") from None
     except OSError as exc:
@@ -171,6 +196,9 @@ def _read_definition(path: Path, *, display: str) -> _Definition:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise WorkloadError(f"{display}: {_toml_problem(exc)}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise WorkloadError(f"{display}: expected a workload definition, got arrays or tables nested too "
+                            f"deeply to read") from None
     top = TableReader(data, source=display)
     name = top.string("name")
     if not name.strip():
@@ -186,7 +214,7 @@ def _read_definition(path: Path, *, display: str) -> _Definition:
     if top.has("aborts"):
         abort_table = top.table("aborts")
         aborts = AbortPlan(share=abort_table.number("share", minimum=0.0, maximum=1.0),
-                           after_steps=parse_distribution(abort_table, "after_steps", floor=0))
+                           after_steps=parse_distribution(abort_table, "after_steps", floor=0, ceiling=MAX_STEP))
         abort_table.finish()
     top.finish()
     return _Definition(name=name, description=description, seed=seed, engine=engine, generator=generator,

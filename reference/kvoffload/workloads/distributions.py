@@ -21,28 +21,41 @@ them is clamped to the bound (the same rule for every distribution, as vLLM's ge
 ``max``). Every quantity also has a floor of its own (a length is at least 1 token, a think time at
 least 0 steps); a bound below that floor is an error, and samples never fall below it.
 
+Every quantity has a ceiling too (``workloads/limits.py``: the most a length, a step count or a
+turn count can be). Parameters are finite numbers; a mean, ``value``, ``min`` or ``max`` above the
+ceiling is an error when the definition is read; a draw above it from a distribution without
+``max`` (a heavy zipf tail, a wide lognormal) is an error naming the key, never an overflow.
+
 Sampling uses only the ``random.Random`` handed in, so a seeded generator is repeatable.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
 from typing import Any
 
-from kvoffload.workloads.schema import TableReader, is_int
+from kvoffload.workloads.limits import MAX_STEP
+from kvoffload.workloads.schema import TableReader, WorkloadError, is_int
 
 # Largest value a zipf draw is allowed to reach before clamping (keeps floats finite).
 _ZIPF_CEILING = 10**15
+# A lognormal draw is made in log space; above this it stands for "more than any ceiling".
+_DRAW_CAP = 2**63
+_LOG_DRAW_CAP = math.log(_DRAW_CAP)
+# sigma**2 / 2 must stay a finite float for the location parameter mu.
+_MAX_SIGMA = 1e150
 
 
 def constant(value: int) -> "Distribution":
-    return Distribution("constant", low=value, high=value, value=value)
+    return Distribution("constant", low=value, high=value, value=value, ceiling=max(value, MAX_STEP))
 
 
 def poisson(mean: float, floor: int = 0) -> "Distribution":
-    return Distribution("poisson", low=floor, mean=mean)
+    """A default gap or think time (steps)."""
+    return Distribution("poisson", low=floor, mean=mean, ceiling=MAX_STEP)
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,8 @@ class Distribution:
     mean: float = 0.0  # lognormal, poisson
     sigma: float = 0.0  # lognormal
     alpha: float = 0.0  # zipf
+    ceiling: int = MAX_STEP  # the most the quantity can be (workloads/limits.py)
+    where: str = "distribution"  # "file: key generator.x", for messages
 
     def sample(self, rng: random.Random) -> int:
         if self.dist == "constant":
@@ -64,7 +79,10 @@ class Distribution:
             return rng.randint(self.low, self.high if self.high is not None else self.low)
         if self.dist == "lognormal":
             mu = math.log(self.mean) - self.sigma * self.sigma / 2.0
-            drawn = round(rng.lognormvariate(mu, self.sigma))
+            # random.lognormvariate is exp(normalvariate(mu, sigma)): the same draw, kept in log
+            # space until it is known to fit.
+            log_drawn = rng.normalvariate(mu, self.sigma)
+            drawn = round(math.exp(log_drawn)) if log_drawn < _LOG_DRAW_CAP else _DRAW_CAP
         elif self.dist == "zipf":
             drawn = zipf_variate(rng, self.alpha)
         else:
@@ -72,69 +90,80 @@ class Distribution:
         return self._clamp(drawn)
 
     def _clamp(self, value: int) -> int:
-        if self.high is not None and value > self.high:
-            return self.high
+        if self.high is not None:
+            if value > self.high:
+                return self.high
+        elif value > self.ceiling:
+            raise WorkloadError(f"{self.where}: expected draws of at most {self.ceiling:,}, got a {self.dist} "
+                                f"draw of {value:,} (give the distribution a max)")
         return max(value, self.low)
 
 
-def parse_distribution(reader: TableReader, key: str, *, floor: int,
+def parse_distribution(reader: TableReader, key: str, *, floor: int, ceiling: int,
                        default: Distribution | None = None) -> Distribution:
-    """Read ``key`` of ``reader`` as a distribution whose samples are never below ``floor``;
+    """Read ``key`` of ``reader`` as a distribution whose samples lie in [``floor``, ``ceiling``];
     ``default`` (when given) stands in for a missing key."""
     if default is not None and not reader.has(key):
         reader.raw(key, None)
         return default
     value = reader.raw(key)
+    where = f"{reader.source}: {reader.where(key)}"
     if is_int(value):
         if value < floor:
             reader.fail(key, f"an integer >= {floor} or a distribution table", value)
-        return Distribution("constant", low=value, high=value, value=value)
+        if value > ceiling:
+            reader.fail(key, f"an integer at most {ceiling:,} or a distribution table", value)
+        return Distribution("constant", low=value, high=value, value=value, ceiling=ceiling, where=where)
     if not isinstance(value, dict):
         reader.fail(key, f"an integer >= {floor} or a distribution table {{dist = ...}}", value)
     table = reader.table(key)
     kind = table.string("dist", choices=("constant", "uniform", "lognormal", "zipf", "poisson"))
-    parsed = _PARSERS[kind](table, floor)
+    parsed = _PARSERS[kind](table, floor, ceiling)
     table.finish()
-    return parsed
+    return dataclasses.replace(parsed, ceiling=ceiling, where=where)
 
 
-def _parse_constant(table: TableReader, floor: int) -> Distribution:
-    value = table.integer("value", minimum=floor)
+def _parse_constant(table: TableReader, floor: int, ceiling: int) -> Distribution:
+    value = table.integer("value", minimum=floor, maximum=ceiling)
     return Distribution("constant", low=value, high=value, value=value)
 
 
-def _parse_uniform(table: TableReader, floor: int) -> Distribution:
-    low = table.integer("min", minimum=floor)
-    high = table.integer("max", minimum=floor)
+def _parse_uniform(table: TableReader, floor: int, ceiling: int) -> Distribution:
+    low = table.integer("min", minimum=floor, maximum=ceiling)
+    high = table.integer("max", minimum=floor, maximum=ceiling)
     if high < low:
         table.fail("max", f"an integer >= min ({low})", high)
     return Distribution("uniform", low=low, high=high)
 
 
-def _bounds(table: TableReader, floor: int) -> tuple[int, int | None]:
-    low = table.integer("min", minimum=floor, default=floor)
-    high = table.optional_integer("max", minimum=floor)
+def _bounds(table: TableReader, floor: int, ceiling: int) -> tuple[int, int | None]:
+    low = table.integer("min", minimum=floor, maximum=ceiling, default=floor)
+    high = table.optional_integer("max", minimum=floor, maximum=ceiling)
     if high is not None and high < low:
         table.fail("max", f"an integer >= min ({low})", high)
     return low, high
 
 
-def _parse_lognormal(table: TableReader, floor: int) -> Distribution:
-    mean = table.number("mean", above=0.0)
-    sigma = table.number("sigma", minimum=0.0)
-    low, high = _bounds(table, floor)
+def _parse_lognormal(table: TableReader, floor: int, ceiling: int) -> Distribution:
+    mean = table.number("mean", above=0.0, maximum=ceiling)
+    sigma = table.number("sigma", minimum=0.0, maximum=_MAX_SIGMA)
+    low, high = _bounds(table, floor, ceiling)
     return Distribution("lognormal", low=low, high=high, mean=mean, sigma=sigma)
 
 
-def _parse_zipf(table: TableReader, floor: int) -> Distribution:
-    alpha = table.number("alpha", above=1.0)
-    low, high = _bounds(table, floor)
+def _parse_zipf(table: TableReader, floor: int, ceiling: int) -> Distribution:
+    # Devroye's method computes 2**(alpha - 1) (finite up to alpha 1024; beyond ~64 every draw
+    # is 1 anyway) and divides by 2**(alpha - 1) - 1 (zero in floating point just above 1).
+    alpha = table.number("alpha", above=1.0, maximum=1000.0)
+    if not 2.0 ** (alpha - 1.0) > 1.0:
+        table.fail("alpha", "a number far enough above 1 that 2**(alpha - 1) > 1 in floating point", alpha)
+    low, high = _bounds(table, floor, ceiling)
     return Distribution("zipf", low=low, high=high, alpha=alpha)
 
 
-def _parse_poisson(table: TableReader, floor: int) -> Distribution:
-    mean = table.number("mean", minimum=0.0)
-    low, high = _bounds(table, floor)
+def _parse_poisson(table: TableReader, floor: int, ceiling: int) -> Distribution:
+    mean = table.number("mean", minimum=0.0, maximum=ceiling)
+    low, high = _bounds(table, floor, ceiling)
     return Distribution("poisson", low=low, high=high, mean=mean)
 
 

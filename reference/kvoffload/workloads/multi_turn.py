@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.distributions import Distribution, parse_distribution
+from kvoffload.workloads.limits import MAX_REQUESTS, MAX_STEP, MAX_TOKENS
 from kvoffload.workloads.registry import GenerateContext, register
 from kvoffload.workloads.schema import TableReader
 from kvoffload.workloads.tokens import answer_tokens, random_tokens
@@ -40,35 +41,44 @@ class MultiTurn:
     @classmethod
     def from_table(cls, table: TableReader) -> "MultiTurn":
         return cls(
-            conversations=table.integer("conversations", minimum=1),
-            turns=parse_distribution(table, "turns", floor=1),
-            common_prefix_len=table.integer("common_prefix_len", minimum=0, default=0),
-            prefix_len=parse_distribution(table, "prefix_len", floor=0),
-            user_len=parse_distribution(table, "user_len", floor=1),
-            answer_len=parse_distribution(table, "answer_len", floor=1),
-            think_steps=parse_distribution(table, "think_steps", floor=0),
-            conversation_gap=parse_distribution(table, "conversation_gap", floor=0),
+            conversations=table.integer("conversations", minimum=1, maximum=MAX_REQUESTS),
+            turns=parse_distribution(table, "turns", floor=1, ceiling=MAX_REQUESTS),
+            common_prefix_len=table.integer("common_prefix_len", minimum=0, maximum=MAX_TOKENS, default=0),
+            prefix_len=parse_distribution(table, "prefix_len", floor=0, ceiling=MAX_TOKENS),
+            user_len=parse_distribution(table, "user_len", floor=1, ceiling=MAX_TOKENS),
+            answer_len=parse_distribution(table, "answer_len", floor=1, ceiling=MAX_TOKENS),
+            think_steps=parse_distribution(table, "think_steps", floor=0, ceiling=MAX_STEP),
+            conversation_gap=parse_distribution(table, "conversation_gap", floor=0, ceiling=MAX_STEP),
             eos_share=table.number("eos_share", minimum=0.0, maximum=1.0, default=0.0),
         )
 
     def generate(self, ctx: GenerateContext) -> list[RequestSpec]:
         rng = random.Random(ctx.seed)
-        common_prefix = random_tokens(rng, self.common_prefix_len)
+        budget = ctx.budget
         width = len(str(self.conversations - 1))
+        budget.check_length(f"request c{0:0{width}d}-t00", self.common_prefix_len)
+        common_prefix = random_tokens(rng, self.common_prefix_len)
         requests: list[RequestSpec] = []
         arrival = 0
         for index in range(self.conversations):
             if index:
                 arrival += self.conversation_gap.sample(rng)
             conversation = f"c{index:0{width}d}"
-            history = common_prefix + random_tokens(rng, self.prefix_len.sample(rng))
+            prefix_len = self.prefix_len.sample(rng)
+            budget.check_length(f"request {conversation}-t00", len(common_prefix) + prefix_len)
+            history = common_prefix + random_tokens(rng, prefix_len)
             parent: str | None = None
             for turn in range(self.turns.sample(rng)):
-                prompt = history + random_tokens(rng, self.user_len.sample(rng))
+                req_id = f"{conversation}-t{turn:02d}"
+                user_len = self.user_len.sample(rng)
+                budget.check_length(f"request {req_id}", len(history) + user_len)
+                prompt = history + random_tokens(rng, user_len)
                 eos = rng.random() < self.eos_share
-                output = answer_tokens(rng, self.answer_len.sample(rng), eos=eos)
+                answer_len = self.answer_len.sample(rng)
+                budget.add(f"request {req_id}", len(prompt), answer_len)
+                output = answer_tokens(rng, answer_len, eos=eos)
                 spec = RequestSpec(
-                    req_id=f"{conversation}-t{turn:02d}",
+                    req_id=req_id,
                     prompt_token_ids=prompt,
                     output_token_ids=output,
                     stop="eos" if eos else "length",

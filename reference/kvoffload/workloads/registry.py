@@ -5,7 +5,9 @@ A generator is a frozen dataclass of its parameters with two methods:
 - ``from_table(table: TableReader) -> Self``: read and validate the ``[generator]`` table (the
   caller rejects leftover keys afterwards);
 - ``generate(ctx: GenerateContext) -> list[RequestSpec]``: the request stream, parents before
-  their follow-ups, drawn only from ``random.Random`` instances seeded from ``ctx.seed``.
+  their follow-ups, drawn only from ``random.Random`` instances seeded from ``ctx.seed``. Every
+  length goes through ``ctx.budget`` before its tokens are generated (``limits.py``), so an
+  oversized request fails at once, not after minutes of token generation.
 
 Generation runs after ``--set`` overrides are applied, so a generator that shapes requests around
 engine settings (spec-decode aligns outputs to chunks) follows the effective configuration.
@@ -19,6 +21,7 @@ from typing import Callable, Protocol, TypeVar
 
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.requests import RequestSpec
+from kvoffload.workloads.limits import Budget
 from kvoffload.workloads.schema import TableReader
 
 
@@ -28,6 +31,7 @@ class GenerateContext:
     engine: EngineConfig
     source: str  # the definition named in error messages
     base_dir: Path  # relative trace paths resolve against this folder
+    budget: Budget  # check each request's lengths with it before generating its tokens
 
 
 class Generator(Protocol):

@@ -12,6 +12,10 @@ rejects every key nobody asked for, so a typo is an error rather than a silently
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
+from pathlib import Path
 from typing import Any, Mapping, NoReturn, Sequence
 
 _REQUIRED: Any = object()
@@ -42,12 +46,30 @@ def show(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def require_regular_file(path: Path, display: str, expected: str) -> None:
+    """A missing input, a folder, a FIFO or a device is an error before anything opens it: reading
+    a FIFO waits for a writer forever, and /dev/zero never ends."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise WorkloadError(f"{display}: no such file (expected {expected})") from None
+    except OSError as exc:
+        raise WorkloadError(f"{display}: cannot read the file ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise WorkloadError(f"{display}: expected {expected}, got {kind}")
+
+
 def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int or a finite float (TOML and Python's json both accept inf and nan), one that a float
+    can hold (10**400 is an int to TOML and an OverflowError to ``float``)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return is_int(value) and abs(value) < 2**1023
 
 
 class TableReader:
@@ -80,20 +102,24 @@ class TableReader:
             raise WorkloadError(f"{self.source}: {self.where(key)}: required key is missing")
         return default
 
-    def integer(self, key: str, *, minimum: int | None = None, default: Any = _REQUIRED) -> int:
+    def integer(self, key: str, *, minimum: int | None = None, maximum: int | None = None,
+                default: Any = _REQUIRED) -> int:
         value = self.raw(key, default)
-        if not is_int(value) or (minimum is not None and value < minimum):
-            self.fail(key, "an integer" + (f" >= {minimum}" if minimum is not None else ""), value)
+        if not is_int(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            expected = "an integer" + (f" >= {minimum}" if minimum is not None else "")
+            if maximum is not None:
+                expected += f"{',' if minimum is not None else ''} at most {maximum:,}"
+            self.fail(key, expected, value)
         return value
 
-    def optional_integer(self, key: str, *, minimum: int) -> int | None:
+    def optional_integer(self, key: str, *, minimum: int, maximum: int | None = None) -> int | None:
         if self.raw(key, None) is None:
             return None
-        return self.integer(key, minimum=minimum)
+        return self.integer(key, minimum=minimum, maximum=maximum)
 
     def number(self, key: str, *, minimum: float | None = None, maximum: float | None = None,
                above: float | None = None, default: Any = _REQUIRED) -> float:
-        """A float; ``minimum``/``maximum`` are inclusive bounds, ``above`` an exclusive one."""
+        """A finite float; ``minimum``/``maximum`` are inclusive bounds, ``above`` an exclusive one."""
         value = self.raw(key, default)
         ok = is_number(value)
         ok = ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum)
@@ -133,9 +159,14 @@ class TableReader:
 
 def _number_expectation(minimum: float | None, maximum: float | None, above: float | None) -> str:
     if minimum is not None and maximum is not None:
-        return f"a number within [{minimum:g}, {maximum:g}]"
+        return f"a finite number within [{_bound(minimum)}, {_bound(maximum)}]"
     if minimum is not None:
-        return f"a number >= {minimum:g}"
+        return f"a finite number >= {_bound(minimum)}"
     if above is not None:
-        return f"a number > {above:g}"
-    return "a number"
+        return f"a finite number > {_bound(above)}" + (f" and <= {_bound(maximum)}" if maximum is not None else "")
+    return "a finite number" + (f" <= {_bound(maximum)}" if maximum is not None else "")
+
+
+def _bound(value: float) -> str:
+    """2,147,483,647 rather than 2.14748e+09; 1e+150 stays as it is."""
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"

@@ -33,8 +33,9 @@ from typing import Any
 
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.distributions import Distribution, parse_distribution, poisson
+from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, json_depth_at_most
 from kvoffload.workloads.registry import GenerateContext, register
-from kvoffload.workloads.schema import TableReader, WorkloadError, fail, json_problem, show
+from kvoffload.workloads.schema import TableReader, WorkloadError, fail, json_problem, require_regular_file, show
 from kvoffload.workloads.tokens import ASSISTANT_ID, EOS_ID, USER_ID, StandInTokenizer
 
 USER_ROLES = frozenset({"human", "user"})
@@ -65,8 +66,9 @@ class ShareGPT:
             path=table.string("path"),
             max_conversations=table.optional_integer("max_conversations", minimum=1),
             max_turns=table.optional_integer("max_turns", minimum=1),
-            conversation_gap=parse_distribution(table, "conversation_gap", floor=0, default=poisson(40.0)),
-            think_steps=parse_distribution(table, "think_steps", floor=0, default=poisson(150.0)),
+            conversation_gap=parse_distribution(table, "conversation_gap", floor=0, ceiling=MAX_STEP,
+                                                default=poisson(40.0)),
+            think_steps=parse_distribution(table, "think_steps", floor=0, ceiling=MAX_STEP, default=poisson(150.0)),
         )
 
     def generate(self, ctx: GenerateContext) -> list[RequestSpec]:
@@ -88,10 +90,12 @@ class ShareGPT:
             parent: str | None = None
             for turn, (user, answer) in enumerate(conversation.turns[: self.max_turns]):
                 prompt = history + (USER_ID,) + tokenizer.encode(user) + (ASSISTANT_ID,)
+                output = tokenizer.encode(answer) + (EOS_ID,)
+                ctx.budget.add(f"record {conversation.record} turn {turn}", len(prompt), len(output))
                 spec = RequestSpec(
                     req_id=f"{name}-t{turn:02d}",
                     prompt_token_ids=prompt,
-                    output_token_ids=tokenizer.encode(answer) + (EOS_ID,),
+                    output_token_ids=output,
                     stop="eos",
                     arrival_step=arrival if parent is None else 0,
                     parent=parent,
@@ -106,19 +110,41 @@ class ShareGPT:
 
 
 def read_records(path: Path, *, display: str) -> list[Any]:
-    """The records of a local JSON/JSONL file, through ``datasets``, offline."""
-    if not path.is_file():
-        raise WorkloadError(f"{display}: no such file (expected a ShareGPT JSON file)")
+    """The records of a local JSON/JSONL file, through ``datasets``, offline.
+
+    The file is checked first (UTF-8 text, nested at most ``MAX_JSON_DEPTH`` deep): pyarrow's
+    JSON reader behind ``datasets`` crashes the whole process on deeply nested input, and logs
+    its own lines about undecodable files."""
+    require_regular_file(path, display, "a ShareGPT JSON file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise WorkloadError(f"{display}: cannot read the file ({exc.strerror})") from None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise WorkloadError(f"{display}: line {line}: expected UTF-8 JSON text, got undecodable bytes") from None
+    if not json_depth_at_most(data):
+        raise WorkloadError(f"{display}: expected ShareGPT records, got JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    first = data.lstrip()[:1]
+    if first not in (b"[", b"{"):  # pyarrow's reader crashes the process on a bare `null`
+        shown = repr(data.lstrip()[:20].decode("utf-8")) if first else "an empty file"
+        raise WorkloadError(f"{display}: expected a JSON array of conversation records or one record per line, "
+                            f"got {shown}")
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
     import datasets  # heavy (about a second): imported only when a ShareGPT file is read
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
+    datasets.logging.set_verbosity(datasets.logging.CRITICAL + 1)  # our one line says what was wrong
     try:
         dataset = datasets.load_dataset("json", data_files=str(path), split="train")
     except Exception as exc:  # datasets raises many types; explain from the JSON itself
         raise _explain_unreadable(path, display, exc) from None
+    if dataset.num_rows > MAX_REQUESTS:
+        raise WorkloadError(f"{display}: expected at most {MAX_REQUESTS:,} records (10**7; the workload must "
+                            f"fit memory), got {dataset.num_rows:,}")
     records = dataset.to_list()
     if not records:
         raise WorkloadError(f"{display}: expected at least one conversation record, got none")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.distributions import Distribution, parse_distribution
+from kvoffload.workloads.limits import MAX_REQUESTS, MAX_STEP, MAX_TOKENS
 from kvoffload.workloads.registry import GenerateContext, register
 from kvoffload.workloads.schema import TableReader, WorkloadError
 from kvoffload.workloads.tokens import answer_tokens, random_tokens
@@ -57,15 +58,15 @@ class SpecDecode:
     @classmethod
     def from_table(cls, table: TableReader) -> "SpecDecode":
         params = cls(
-            conversations=table.integer("conversations", minimum=1),
-            turns=parse_distribution(table, "turns", floor=1),
-            prompt_len=parse_distribution(table, "prompt_len", floor=1),
-            user_len=parse_distribution(table, "user_len", floor=1),
-            output_len=parse_distribution(table, "output_len", floor=2),
+            conversations=table.integer("conversations", minimum=1, maximum=MAX_REQUESTS),
+            turns=parse_distribution(table, "turns", floor=1, ceiling=MAX_REQUESTS),
+            prompt_len=parse_distribution(table, "prompt_len", floor=1, ceiling=MAX_TOKENS),
+            user_len=parse_distribution(table, "user_len", floor=1, ceiling=MAX_TOKENS),
+            output_len=parse_distribution(table, "output_len", floor=2, ceiling=MAX_TOKENS),
             end_on_boundary=table.number("end_on_boundary", minimum=0.0, maximum=1.0),
             end_one_past_boundary=table.number("end_one_past_boundary", minimum=0.0, maximum=1.0, default=0.0),
-            think_steps=parse_distribution(table, "think_steps", floor=0),
-            conversation_gap=parse_distribution(table, "conversation_gap", floor=0),
+            think_steps=parse_distribution(table, "think_steps", floor=0, ceiling=MAX_STEP),
+            conversation_gap=parse_distribution(table, "conversation_gap", floor=0, ceiling=MAX_STEP),
             eos_share=table.number("eos_share", minimum=0.0, maximum=1.0, default=0.0),
         )
         if params.end_on_boundary + params.end_one_past_boundary > 1.0:
@@ -87,17 +88,26 @@ class SpecDecode:
             if index:
                 arrival += self.conversation_gap.sample(rng)
             conversation = f"s{index:0{width}d}"
-            history = random_tokens(rng, self.prompt_len.sample(rng))
+            prompt_len = self.prompt_len.sample(rng)
+            ctx.budget.check_length(f"request {conversation}-t00", prompt_len)
+            history = random_tokens(rng, prompt_len)
             parent: str | None = None
             for turn in range(self.turns.sample(rng)):
-                prompt = history if parent is None else history + random_tokens(rng, self.user_len.sample(rng))
+                req_id = f"{conversation}-t{turn:02d}"
+                if parent is None:
+                    prompt = history
+                else:
+                    user_len = self.user_len.sample(rng)
+                    ctx.budget.check_length(f"request {req_id}", len(history) + user_len)
+                    prompt = history + random_tokens(rng, user_len)
                 shape = self._shape(phase + len(requests) * _GOLDEN)
                 num_output = _output_length(len(prompt), self.output_len.sample(rng), shape,
                                             ctx.engine.tokens_per_chunk)
+                ctx.budget.add(f"request {req_id}", len(prompt), num_output)
                 accepts = acceptance_script(rng, num_output, k, ctx.engine.spec_acceptance, reject_last=shape == _ON)
                 eos = rng.random() < self.eos_share
                 spec = RequestSpec(
-                    req_id=f"{conversation}-t{turn:02d}",
+                    req_id=req_id,
                     prompt_token_ids=prompt,
                     output_token_ids=answer_tokens(rng, num_output, eos=eos),
                     stop="eos" if eos else "length",

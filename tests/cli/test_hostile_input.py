@@ -1,0 +1,265 @@
+"""Input nobody here wrote: every class of issue 15 fails fast, with one line, exit 2, nothing written.
+
+Each case builds its files in a fresh folder, runs the command in-process and checks: exit 2, one
+line on stderr starting ``kvoffload: error:`` and naming the problem, no traceback, no file
+created, and a bounded time (the slow failures of the issue took 82 s to forever). Cases that can
+kill the process (the nested ShareGPT file crashed pyarrow) run in a subprocess.
+
+``python tests/cli/test_hostile_input.py`` prints the cases as a table: class, command, exit,
+message (the closing table of issue 15).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SECONDS = 20  # generous on a loaded 2-core machine: the failures it guards against took minutes
+
+MOONCAKE_LINE = {"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [1, 2]}
+SHAREGPT = [{"id": "a", "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}]
+
+
+def mooncake(*changes: dict, raw_tail: str = "") -> Callable[[Path], None]:
+    """A trace: one good line, then one line per change (the good line with the change applied)."""
+    def write(folder: Path) -> None:
+        lines = [json.dumps(MOONCAKE_LINE)]
+        for change in changes:
+            line = {**MOONCAKE_LINE, **change}
+            lines.append(json.dumps(line))  # json.dumps writes NaN and Infinity as Python reads them
+        (folder / "trace.jsonl").write_text("\n".join(lines) + "\n" + raw_tail)
+    return write
+
+
+def toml(generator: str, engine: str = "gpu_blocks = 256\n") -> Callable[[Path], None]:
+    def write(folder: Path) -> None:
+        (folder / "w.toml").write_text(f'name = "w"\ndescription = "hostile"\nseed = 1\n[engine]\n{engine}'
+                                       f'[generator]\n{generator}')
+    return write
+
+
+MULTI_TURN = ('kind = "multi-turn"\nconversations = 2\nturns = 2\nprefix_len = 8\nuser_len = 8\n'
+              'think_steps = 1\nconversation_gap = 1\n')
+
+
+def multi_turn(**keys: str) -> Callable[[Path], None]:
+    """The small multi-turn definition with ``answer_len`` and other keys set as given."""
+    body = MULTI_TURN
+    for key, value in keys.items():
+        if f"{key} = " in body:
+            body = "\n".join(line for line in body.splitlines() if not line.startswith(f"{key} = ")) + "\n"
+        body += f"{key} = {value}\n"
+    if "answer_len" not in keys:
+        body += "answer_len = 4\n"
+    return toml(body)
+
+
+def files(**contents: bytes | str) -> Callable[[Path], None]:
+    def write(folder: Path) -> None:
+        for name, content in contents.items():
+            path = folder / name.replace("__", ".")
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return write
+
+
+def special(kind: str) -> Callable[[Path], None]:
+    def make(folder: Path) -> None:
+        if kind == "fifo":
+            os.mkfifo(folder / "out.json")
+        elif kind == "symlink":
+            (folder / "real.json").write_text("{}")
+            (folder / "out.json").symlink_to(folder / "real.json")
+        elif kind == "file-as-folder":
+            (folder / "notresult.json").write_text("{}")
+    return make
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # the class of issue 15
+    argv: tuple[str, ...]  # {tmp} stands for the case's folder
+    message: str  # a part of the one line
+    setup: Callable[[Path], None] = field(default=lambda folder: None)
+    subprocess: bool = False
+
+    def command(self, folder: Path) -> list[str]:
+        return [part.replace("{tmp}", str(folder)) for part in self.argv]
+
+
+RUN = ("run", "--quiet", "--out", "{tmp}/r.json")
+NESTED = "[" * 200_000 + "]" * 200_000
+
+CASES = [
+    Case("Mooncake timestamp NaN", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "line 2: key timestamp: expected finite milliseconds", mooncake({"timestamp": float("nan")})),
+    Case("Mooncake timestamp Infinity", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "line 2: key timestamp: expected finite milliseconds", mooncake({"timestamp": float("inf")})),
+    Case("Mooncake timestamp NaN (workloads show)", ("workloads", "show", "mooncake:{tmp}/trace.jsonl"),
+         "line 2: key timestamp", mooncake({"timestamp": float("nan")})),
+    Case("Mooncake timestamp 1e308", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "within [0, 2**53], got 1e+308", mooncake({"timestamp": 1e308})),
+    Case("Mooncake output_length 1e12", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "line 2: expected prompt + output within max_model_len", mooncake({"output_length": 10**12})),
+    Case("Mooncake output_length 1e8", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "line 2: expected prompt + output within max_model_len", mooncake({"output_length": 10**8})),
+    Case("Mooncake 200,000 nested [] in an unused key", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "line 2: expected a JSON object, got JSON nested deeper than 64 levels",
+         mooncake(raw_tail=json.dumps(MOONCAKE_LINE)[:-1] + ', "extra": ' + NESTED + "}\n")),
+    Case("ShareGPT 200,000 nested brackets", RUN + ("--workload", "sharegpt:{tmp}/chat.json"),
+         "nested deeper than 64 levels", files(chat__json=NESTED), subprocess=True),
+    Case("ShareGPT file that is a bare null (pyarrow crashed the process: found by the fuzz harness)",
+         RUN + ("--workload", "sharegpt:{tmp}/chat.json"), "expected a JSON array of conversation records or one "
+         "record per line, got 'null'", files(chat__json="null"), subprocess=True),
+    Case("ShareGPT binary file", RUN + ("--workload", "sharegpt:{tmp}/chat.json"),
+         "chat.json: line 2: expected UTF-8 JSON text, got undecodable bytes",
+         files(chat__json=bytes(range(256)) * 64)),
+    Case("ShareGPT JSONL broken on line 2 (datasets fails: its log stays silent)",
+         RUN + ("--workload", "sharegpt:{tmp}/chat.json"), "chat.json: line 2: expected one JSON record per line",
+         files(chat__json='{"id": 1}\n{"id": \n'), subprocess=True),
+    Case("ShareGPT text that is not JSON", RUN + ("--workload", "sharegpt:{tmp}/chat.json"),
+         "expected a JSON array of conversation records or one record per line, got 'hello world",
+         files(chat__json="hello world\nnot json\n")),
+    Case("TOML 200,000 nested [] in an unused key", RUN + ("--workload", "{tmp}/w.toml"),
+         "nested too deeply", toml(MULTI_TURN + "answer_len = 4\nx = " + NESTED + "\n")),
+    Case("TOML lognormal mean = inf", RUN + ("--workload", "{tmp}/w.toml"),
+         "key generator.answer_len.mean: expected a finite number",
+         multi_turn(answer_len='{dist = "lognormal", mean = inf, sigma = 1}')),
+    Case("TOML lognormal sigma = inf", RUN + ("--workload", "{tmp}/w.toml"),
+         "key generator.answer_len.sigma: expected a finite number",
+         multi_turn(answer_len='{dist = "lognormal", mean = 5, sigma = inf}')),
+    Case("TOML Poisson mean = inf", RUN + ("--workload", "{tmp}/w.toml"),
+         "key generator.think_steps.mean: expected a finite number",
+         multi_turn(think_steps='{dist = "poisson", mean = inf}')),
+    Case("TOML Poisson mean = 1e18 (a gap)", RUN + ("--workload", "{tmp}/w.toml"),
+         "key generator.conversation_gap.mean: expected a finite number within [0, 9,007,199,254,740,992]",
+         multi_turn(conversation_gap='{dist = "poisson", mean = 1e18}')),
+    Case("TOML Zipf alpha just above 1, no max", RUN + ("--workload", "{tmp}/w.toml"),
+         "key generator.answer_len: expected draws of at most 2,147,483,647",
+         multi_turn(answer_len='{dist = "zipf", alpha = 1.000001}')),
+    Case("TOML Zipf alpha 1 + 1e-17 (1.0 as a float)", RUN + ("--workload", "{tmp}/w.toml"),
+         "key generator.answer_len.alpha: expected a finite number > 1 and <= 1,000",
+         multi_turn(answer_len='{dist = "zipf", alpha = 1.00000000000000001}')),
+    Case("TOML 1e8 conversations", RUN + ("--workload", "{tmp}/w.toml"),
+         "key generator.conversations: expected an integer >= 1, at most 10,000,000",
+         multi_turn(conversations="100_000_000")),
+    Case("TOML ms_per_step = 1e-300", RUN + ("--workload", "{tmp}/w.toml"),
+         "line 2: key timestamp: expected an arrival step",
+         lambda folder: (mooncake({"timestamp": 5})(folder),
+                         toml('kind = "mooncake"\npath = "trace.jsonl"\nms_per_step = 1e-300\n')(folder))),
+    Case("TOML Zipf alpha = 1e18 (2**(alpha - 1) overflowed: found by the fuzz harness)",
+         RUN + ("--workload", "{tmp}/w.toml"), "key generator.answer_len.alpha: expected a finite number > 1 and "
+         "<= 1,000, got 1e+18", multi_turn(answer_len='{dist = "zipf", alpha = 1e18}')),
+    Case("Mooncake trace that is a FIFO (reading it waited forever)",
+         RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"), "trace.jsonl: expected a Mooncake JSONL trace, got not "
+         "a regular file", lambda folder: os.mkfifo(folder / "trace.jsonl")),
+    Case("compare a FIFO", ("compare", "{tmp}/a.json", "{tmp}/a.json"), "a.json: not a regular file",
+         lambda folder: os.mkfifo(folder / "a.json")),
+    Case("--set gpu_blocks=99999999999999999999", RUN + ("--workload", "multi-turn-small",
+                                                         "--set", "gpu_blocks=99999999999999999999"),
+         "with --set gpu_blocks=99999999999999999999: gpu_blocks 99,999,999,999,999,999,999"),
+    Case("--set block_size=10**100 (the memory message overflowed a float: found by the fuzz harness)",
+         RUN + ("--workload", "multi-turn-small", "--set", "block_size=1" + "0" * 100),
+         "need more than 2**70 GiB for the KV tiers"),
+    Case("--set workers=10**12", RUN + ("--workload", "multi-turn-small", "--set", "workers=1000000000000"),
+         "workers: expected at most 1024"),
+    Case("--out under a file", ("run", "--quiet", "--workload", "multi-turn-small", "--out",
+                                "{tmp}/notresult.json/x.json"),
+         "notresult.json is not a directory", special("file-as-folder")),
+    Case("--out a FIFO", RUN[:2] + ("--workload", "multi-turn-small", "--out", "{tmp}/out.json"),
+         "is a FIFO; expected a regular file", special("fifo")),
+    Case("--out a symlink", RUN[:2] + ("--workload", "multi-turn-small", "--out", "{tmp}/out.json"),
+         "is a symbolic link; expected a regular file", special("symlink")),
+    Case("--out a device node", ("run", "--quiet", "--workload", "multi-turn-small", "--out", "/dev/null"),
+         "/dev/null: is a character device"),
+    Case("--out X --trace X", RUN + ("--workload", "multi-turn-small", "--trace", "{tmp}/r.json"),
+         "--trace {tmp}/r.json: the same file as --out {tmp}/r.json"),
+    Case("report --out FILE", ("report", "--from", str(REPO / "results"), "--out", "{tmp}/notresult.json"),
+         "--out {tmp}/notresult.json: is a regular file; expected a directory", special("file-as-folder")),
+    Case("bench --out-dir FILE", ("bench", "--small", "--quiet", "--out-dir", "{tmp}/notresult.json"),
+         "--out-dir {tmp}/notresult.json: is a regular file; expected a directory", special("file-as-folder")),
+    Case("--preset A --preset B", RUN + ("--preset", "vllm-0.25", "--preset", "vllm-0.26"),
+         "argument --preset: given twice (vllm-0.25 and vllm-0.26)"),
+    Case("--preset vllm-0.25 --disable-fix last_block_at_finish",
+         RUN + ("--preset", "vllm-0.25", "--disable-fix", "last_block_at_finish"),
+         "--disable-fix last_block_at_finish: preset vllm-0.25 already lacks this fix"),
+    Case("--scheduling async --set scheduling=sync", RUN + ("--scheduling", "async", "--set", "scheduling=sync"),
+         "--scheduling async and --set scheduling=sync"),
+    Case("--set KEY twice", RUN + ("--set", "cpu_chunks=4", "--set", "cpu_chunks=8"),
+         "--set cpu_chunks given twice"),
+]
+
+
+def _run(case: Case, folder: Path, capsys) -> tuple[int, str, float]:
+    argv = case.command(folder)
+    started = time.perf_counter()
+    if case.subprocess:
+        done = subprocess.run([sys.executable, "-m", "kvoffload.cli", *argv], capture_output=True, text=True,
+                              cwd=folder, timeout=120)
+        return done.returncode, done.stderr, time.perf_counter() - started
+    from kvoffload.cli import main
+
+    code = main(argv)
+    return code, capsys.readouterr().err, time.perf_counter() - started
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_hostile_input_is_one_line_exit_2_and_nothing_written(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a default result path would land here
+    case.setup(tmp_path)
+    before = {path: path.lstat().st_mtime_ns for path in tmp_path.rglob("*")}
+    code, err, seconds = _run(case, tmp_path, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("kvoffload: error: ")
+    assert case.message.replace("{tmp}", str(tmp_path)) in lines[0]
+    assert {path: path.lstat().st_mtime_ns for path in tmp_path.rglob("*")} == before  # nothing written
+    assert seconds < SECONDS
+
+
+def test_a_long_gap_is_accepted_not_rejected(tmp_path):
+    """A 1e10 ms gap is representable (5e8 steps at 20 ms): the engine skips idle gaps in one jump,
+    so it is not bad input."""
+    from kvoffload.workloads import load_workload
+
+    mooncake({"timestamp": 10**10})(tmp_path)
+    workload = load_workload(f"mooncake:{tmp_path}/trace.jsonl")
+    assert [spec.arrival_step for spec in workload.requests] == [0, 10**10 // 20]
+
+
+if __name__ == "__main__":  # the closing table of issue 15
+    import tempfile
+    from contextlib import redirect_stderr
+    from io import StringIO
+
+    from kvoffload.cli import main
+
+    print("| class | command | exit | message |\n|---|---|---|---|")
+    for case in CASES:
+        with tempfile.TemporaryDirectory() as folder:
+            os.chdir(folder)
+            case.setup(Path(folder))
+            argv = case.command(Path(folder))
+            if case.subprocess:
+                done = subprocess.run([sys.executable, "-m", "kvoffload.cli", *argv], capture_output=True,
+                                      text=True, cwd=folder, timeout=120)
+                code, err = done.returncode, done.stderr
+            else:
+                buffer = StringIO()
+                with redirect_stderr(buffer):
+                    code = main(argv)
+                err = buffer.getvalue()
+            shown = " ".join(argv).replace(folder, "$D")
+            shown = shown if len(shown) < 90 else shown[:87] + "..."
+            message = err.strip().replace(folder, "$D").replace("|", "\\|")
+            print(f"| {case.name} | `kvoffload {shown}` | {code} | {message} |")
+            os.chdir(REPO)

@@ -1,0 +1,71 @@
+"""Ctrl-C: one line, exit 130, nothing half-written, whenever it comes.
+
+Each test starts ``kvoffload run`` in a fresh process, waits for a phase (torch being imported,
+the replay under way), sends SIGINT and checks what a user sees. Phases are found by watching the
+process (its memory maps, its progress bar), not by sleeping, so a loaded machine does not change
+what is tested.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="phases are read from /proc")
+
+
+def start(folder: Path, *extra: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "kvoffload.cli", "run", "--workload", "multi-turn-small", "--out",
+               str(folder / "r.json"), "--trace", str(folder / "t.json"), *extra]
+    return subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            restore_signals=True)
+
+
+def wait_for(condition, process: subprocess.Popen, what: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, f"the process ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.005)
+
+
+def interrupt(process: subprocess.Popen) -> tuple[int, str]:
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    return process.returncode, err.decode()
+
+
+def assert_clean_interrupt(code: int, err: str, folder: Path) -> None:
+    assert code == 130, err
+    assert err.rsplit("\r", 1)[-1].strip() == "kvoffload: interrupted", err  # after the progress bar's \r
+    assert "Traceback" not in err
+    assert sorted(path.name for path in folder.iterdir()) == []  # no result, no trace, no temporary file
+
+
+def test_ctrl_c_while_torch_imports(tmp_path):
+    process = start(tmp_path, "--quiet")
+    maps = Path(f"/proc/{process.pid}/maps")
+    wait_for(lambda: "libtorch" in maps.read_text(), process, "torch import")
+    assert_clean_interrupt(*interrupt(process), tmp_path)
+
+
+def test_ctrl_c_during_the_replay(tmp_path):
+    process = start(tmp_path)  # with its progress bar: the bar's first line says the replay started
+    os.set_blocking(process.stderr.fileno(), False)
+    seen = bytearray()
+
+    def replay_started() -> bool:
+        chunk = process.stderr.read()
+        seen.extend(chunk or b"")
+        return b"multi-turn-small [reference]" in seen
+
+    wait_for(replay_started, process, "progress bar")
+    os.set_blocking(process.stderr.fileno(), True)
+    code, err = interrupt(process)
+    assert_clean_interrupt(code, seen.decode() + err, tmp_path)

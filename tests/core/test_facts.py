@@ -1,0 +1,79 @@
+"""Facts with one owner: the presets, the fix descriptions and the metric glossary.
+
+The code owns each list; everything else that shows it (README tables, the CLI, the asv suite)
+is generated from it or checked against it here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvoffload.core.fixes import FIX_INFO, FIX_NAMES, PRESETS, Fixes, ReleaseRules
+from kvoffload.metrics import GLOSSARY, METRIC_NAMES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_fix_flag_is_described_once_and_in_order():
+    flags = [f.name for f in dataclasses.fields(Fixes) if f.type in ("bool", bool)]
+    assert flags == list(FIX_NAMES)
+    assert len(set(FIX_NAMES)) == len(FIX_NAMES)
+    assert all(info.rule and info.reproduces and info.first_release for info in FIX_INFO)
+
+
+def test_presets_name_known_flags_in_release_order():
+    releases = [tuple(int(part) for part in p.release.split(".")) for p in PRESETS.values()]
+    assert releases == sorted(releases)
+    for preset in PRESETS.values():
+        assert set(preset.missing) <= set(FIX_NAMES)
+        assert Fixes.preset(preset.name).disabled() == tuple(n for n in FIX_NAMES if n in preset.missing)
+        assert Fixes.preset(preset.name).rules == preset.rules
+    assert Fixes().rules == ReleaseRules()
+
+
+def test_the_cli_and_the_asv_suite_take_the_one_preset_list():
+    from kvoffload.cli import bench as cli
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_workloads
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert cli.BENCH_CONNECTORS == (None, *PRESETS)
+    assert bench_workloads.CONNECTORS == ["reference", *PRESETS]
+
+
+def test_the_glossary_is_one_table_of_unique_names():
+    assert len(set(METRIC_NAMES)) == len(METRIC_NAMES) == len(GLOSSARY)
+    assert all(metric.definition for metric in GLOSSARY)
+    assert {metric.better for metric in GLOSSARY} <= {"higher", "lower", "zero", "info"}
+
+
+@pytest.mark.parametrize("table", ["fix-flags", "metrics"])
+def test_the_readme_tables_are_what_the_code_generates(table):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import readme_tables
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert table not in readme_tables.stale_tables(readme), (
+        f"README's {table} table differs from the code: run python scripts/readme_tables.py")
+
+
+def test_the_readme_check_names_a_stale_table():
+    script = ROOT / "scripts" / "readme_tables.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import readme_tables
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    stale = (ROOT / "README.md").read_text(encoding="utf-8").replace("| `crashes` | zero |", "| `crashes` | low |")
+    assert readme_tables.stale_tables(stale) == ["metrics"]

@@ -1,0 +1,191 @@
+"""vLLM 0.32's scheduling rules, one story each, told to the scheduler model and the block pool.
+
+The connector is a script here: it answers each lookup with the hits the story needs, so every
+test isolates one rule of ``vllm/v1/core/sched/scheduler.py`` or ``vllm/v1/core/block_pool.py``
+(docs/engine.md lists them with their vLLM function names). Block size 4 throughout.
+"""
+
+from __future__ import annotations
+
+from kvoffload.core.types import RequestStatus
+from kvoffload.engine.block_pool import BlockPool
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.cost import profile
+from kvoffload.engine.live import LiveRequest, Phase
+from kvoffload.engine.observer import RunObserver
+from kvoffload.engine.requests import RequestSpec
+from kvoffload.engine.scheduler import SchedulerModel, StepOutput
+
+BS = 4
+
+
+class ScriptedConnector:
+    """Answers lookups from ``hits[req_id]`` (a list, consumed in order; None defers)."""
+
+    def __init__(self, hits: dict[str, list[int | None]] | None = None):
+        self.hits = hits or {}
+
+    def on_new_request(self, req) -> None:
+        pass
+
+    def get_num_new_matched_tokens(self, req, num_local):
+        answers = self.hits.get(req.req_id)
+        hits = answers.pop(0) if answers else 0
+        return hits, bool(hits)
+
+    def update_state_after_alloc(self, req, block_ids, num_external_tokens) -> None:
+        pass
+
+    def request_finished(self, req, block_ids=()) -> bool:
+        return False
+
+
+def tokens(seed: int, n: int) -> tuple[int, ...]:
+    return tuple((seed * 7919 + i * 104729) % 30000 + 3 for i in range(n))
+
+
+def model(connector=None, **settings) -> SchedulerModel:
+    config = EngineConfig(gpu_blocks=settings.pop("gpu_blocks", 32), block_size=BS, **settings)
+    observer = RunObserver(profile(config.profile), BS, config.tokens_per_chunk, trace=False)
+    return SchedulerModel(config, BlockPool(config.gpu_blocks, BS), connector or ScriptedConnector(),
+                          observer, on_finished=lambda live, step: None)
+
+
+def arrive(scheduler: SchedulerModel, req_id: str, prompt: int, output: int = 4) -> LiveRequest:
+    spec = RequestSpec(req_id, tokens(len(scheduler.live) + 1, prompt), tokens(99, output))
+    live = LiveRequest.create(spec, BS, 0, 0)
+    scheduler.add(live)
+    return live
+
+
+def step(scheduler: SchedulerModel, number: int = 0):
+    out, scheduled, _ = scheduler.schedule(number)
+    scheduler.after_schedule(scheduled)
+    return out, scheduled
+
+
+def land(scheduler: SchedulerModel, live: LiveRequest) -> None:
+    scheduler.load_landed(live, 0)
+
+
+class TestLoadAllocation:
+    def test_a_load_holds_blocks_for_its_hit_only_and_gets_the_rest_when_it_resumes(self):
+        """schedule(): ``if load_kv_async: num_new_tokens = 0`` -- blocks for GPU + connector hit."""
+        scheduler = model(ScriptedConnector({"L": [8]}))
+        loading = arrive(scheduler, "L", prompt=20)
+        step(scheduler)
+        assert loading.phase is Phase.LOADING
+        assert len(loading.blocks) == 2  # 8 hit tokens
+        land(scheduler, loading)
+        out, _ = step(scheduler, 1)
+        assert len(loading.blocks) == 5 and out.num_scheduled_tokens == {"L": 12}
+
+    def test_loaded_blocks_are_cached_when_admission_reaches_the_request(self):
+        """_update_waiting_for_remote_kv caches them, from _handle_blocked_waiting_request."""
+        scheduler = model(ScriptedConnector({"L": [8]}), max_num_seqs=2)
+        arrive(scheduler, "B", prompt=4)
+        loading = arrive(scheduler, "L", prompt=20)
+        step(scheduler)  # B runs, L loads
+        other = arrive(scheduler, "C", prompt=4)
+        step(scheduler, 1)  # C takes the second seat
+        land(scheduler, loading)
+        step(scheduler, 2)  # both seats taken: admission never reaches L
+        assert loading.phase is Phase.LOADED and loading.num_committed_blocks == 0
+        scheduler.finish(other, RequestStatus.FINISHED_ABORTED, 2)
+        step(scheduler, 3)
+        assert loading.phase is Phase.RUNNING and loading.num_committed_blocks == 5  # its whole prompt
+
+
+class TestAdmissionOrder:
+    def test_requests_holding_blocks_are_admitted_before_older_waiting_ones(self):
+        """kv_holding_waiting is drained first: a landed load takes the seat."""
+        scheduler = model(ScriptedConnector({"W": [None], "L": [8]}), max_num_seqs=1)
+        waiting = arrive(scheduler, "W", prompt=8)  # its first lookup is deferred
+        loading = arrive(scheduler, "L", prompt=12)
+        step(scheduler)
+        assert waiting.phase is Phase.WAITING and loading.phase is Phase.LOADING
+        land(scheduler, loading)
+        out, _ = step(scheduler, 1)
+        assert list(out.num_scheduled_tokens) == ["L"]
+
+    def test_admission_stops_at_the_first_request_that_cannot_get_blocks(self):
+        """``if new_blocks is None: break`` -- a landed load that fits does not slip past one
+        that does not."""
+        scheduler = model(ScriptedConnector({"L1": [8], "L2": [4]}), gpu_blocks=9, reserve_full_isl=False)
+        first = arrive(scheduler, "L1", prompt=16)  # holds 2 blocks, needs 2 more
+        second = arrive(scheduler, "L2", prompt=8)  # holds 1 block, needs 1 more
+        arrive(scheduler, "R", prompt=16)  # runs on 4 of the 5 blocks left
+        step(scheduler)
+        assert scheduler.pool.num_free == 1
+        land(scheduler, first)
+        land(scheduler, second)
+        out, _ = step(scheduler, 1)
+        assert "L2" not in out.num_scheduled_tokens and second.phase is Phase.LOADED
+
+    def test_the_whole_prompt_must_fit_with_reserve_full_isl(self):
+        """allocate_slots(full_sequence_must_fit=scheduler_reserve_full_isl): not just the chunk."""
+        for reserve, admitted in ((True, {}), (False, {"long": 8})):
+            scheduler = model(gpu_blocks=5, max_num_batched_tokens=8, reserve_full_isl=reserve)
+            arrive(scheduler, "long", prompt=24)  # 6 blocks, 4 free; the first chunk needs 2
+            out, _ = step(scheduler)
+            assert out.num_scheduled_tokens == admitted
+
+    def test_a_load_leaves_the_blocks_admitted_prefills_still_need(self):
+        """reserved_blocks = _inflight_prefill_reserved_blocks() for async loads."""
+        scheduler = model(ScriptedConnector({"L": [8]}), gpu_blocks=9, max_num_batched_tokens=8)
+        prefill = arrive(scheduler, "P", prompt=24)  # 6 blocks; chunk 1 takes 2, 4 stay reserved
+        step(scheduler)
+        assert len(prefill.blocks) == 2 and scheduler.pool.num_free == 6
+        loading = arrive(scheduler, "L", prompt=16)  # its hit needs 2 blocks: 6 free, 4 reserved
+        scheduler._schedule_waiting(8, [], {}, {})
+        assert loading.phase is Phase.LOADING
+        late = arrive(scheduler, "M", prompt=16)
+        scheduler.connector.hits["M"] = [8]  # 2 blocks; 4 free, P and L still need 4 + 2
+        scheduler._schedule_waiting(8, [], {}, {})
+        assert late.phase is Phase.WAITING and late.blocks == []
+
+
+class TestDeferredBlockFree:
+    def test_blocks_of_a_request_finished_while_its_step_is_in_flight_return_when_processed(self):
+        """defer_block_free: _free_request_blocks parks them until update_from_output."""
+        scheduler = model(scheduling="async")
+        live = arrive(scheduler, "A", prompt=8, output=1)
+        _, scheduled = step(scheduler)
+        free_before = scheduler.pool.num_free
+        scheduler.finish(live, RequestStatus.FINISHED_ABORTED, 0)  # an abort mid-step
+        assert scheduler.pool.num_free == free_before
+        scheduler.update_from_output(StepOutput(0, tuple(scheduled), ()))
+        assert scheduler.pool.num_free == free_before + 2
+
+    def test_a_request_scheduled_in_the_unprocessed_step_is_not_a_preemption_victim(self):
+        """schedule(): ``if not self._request_blocks_can_be_freed(preempted_req): break``."""
+        scheduler = model(scheduling="async", gpu_blocks=4)
+        first = arrive(scheduler, "A", prompt=4, output=8)
+        second = arrive(scheduler, "B", prompt=4, output=8)
+        step(scheduler)  # both prefill: 2 blocks held, 1 free
+        # Step 1: A needs a block for position 4 (1 free), B needs one too: none left, and B,
+        # scheduled in step 0 whose output is not processed, cannot be preempted.
+        out, _ = step(scheduler, 1)
+        assert out.preempted_req_ids == () and list(out.num_scheduled_tokens) == ["A"]
+        assert second.phase is Phase.RUNNING and first.phase is Phase.RUNNING
+
+
+class TestBlockPool:
+    def test_equal_hashes_are_all_committed_and_a_lookup_takes_the_earliest(self):
+        """BlockHashToBlockMap: no de-duplication, block tables stay append-only."""
+        pool = BlockPool(8, BS)
+        first, second = pool.allocate(1), pool.allocate(1)
+        pool.commit(first, [b"h"], 0, 1)
+        pool.commit(second, [b"h"], 0, 1)
+        assert pool.cached_prefix([b"h"], 1) == first
+        pool.free(first)
+        pool.allocate(pool.num_free)  # the free queue's tail, ``first``, is reused: evicted
+        assert pool.cached_prefix([b"h"], 1) == second
+        pool.check_invariants(blocks_in_use=7)
+
+    def test_freed_uncommitted_blocks_go_to_the_head_tail_block_first(self):
+        """free_blocks: prepend_n of the blocks in eviction order (the request's last first)."""
+        pool = BlockPool(8, BS)
+        blocks = pool.allocate(3)
+        pool.free(blocks)
+        assert pool.allocate(3) == blocks[::-1]

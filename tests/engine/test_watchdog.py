@@ -1,0 +1,101 @@
+"""No replay runs forever: vLLM's admission order ends issue 15's livelock, and the progress
+watchdog stops any cycle that is left with a verdict naming it."""
+
+from __future__ import annotations
+
+import random
+
+from kvoffload.core.fixes import Fixes
+from kvoffload.core.scheduler import ReferenceConnectorScheduler
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.engine import Engine
+from kvoffload.engine.requests import RequestSpec
+from kvoffload.engine.watchdog import ProgressWatchdog
+from kvoffload.metrics import compute_metrics
+
+
+def tokens(seed: int, n: int) -> tuple[int, ...]:
+    return tuple((seed * 7919 + i * 104729) % 30000 + 3 for i in range(n))
+
+
+def bursty(seed: int = 13) -> list[RequestSpec]:
+    """40 requests on four shared prefixes, arriving in bursts (30 % of them open a new burst)."""
+    rng = random.Random(seed)
+    prefixes = [tokens(1000 + k, rng.choice((32, 64, 96))) for k in range(4)]
+    requests, arrival = [], 0
+    for i in range(40):
+        if rng.random() < 0.3:
+            arrival += rng.randint(5, 60)
+        prompt = rng.choice(prefixes) + tokens(i, rng.randint(1, 60))
+        requests.append(RequestSpec(f"r{i}", prompt, tokens(5000 + i, rng.randint(1, 40)), arrival_step=arrival))
+    return requests
+
+
+ONE_SEAT = EngineConfig(gpu_blocks=16, cpu_chunks=256, block_size=16, max_num_seqs=1, scheduling="async",
+                        max_num_batched_tokens=256)
+
+
+class TestIssue15Livelock:
+    def test_a_bursty_trace_with_one_seat_under_async_finishes(self):
+        """Before vLLM's admission order, loads that had landed held the free blocks but waited
+        behind a preempted request that kept winning the one seat and preempting itself: 9 of
+        these 40 requests finished in 3,000 steps, with 1,106 preemptions. Requests holding
+        blocks now go first (vLLM 0.32 kv_holding_waiting), so they run, finish and free them."""
+        record = Engine(bursty(), ONE_SEAT, max_steps=5000).run()
+        assert record.livelock is None and not record.stuck_requests
+        assert record.finished_requests == 40
+        assert record.preemptions <= 5
+
+
+class LivelockingConnector(ReferenceConnectorScheduler):
+    """Asks to be asked again about one request, forever: it never starts and never fails."""
+
+    def get_num_new_matched_tokens(self, req, num_local_tokens):
+        if req.req_id == "looped":
+            return None, False
+        return super().get_num_new_matched_tokens(req, num_local_tokens)
+
+
+class TestWatchdog:
+    def engine(self, window: int = 300) -> Engine:
+        # A request far in the future keeps every step "busy" for the idle-step detector.
+        requests = [RequestSpec("looped", tokens(1, 40), tokens(2, 4)),
+                    RequestSpec("late", tokens(3, 40), tokens(4, 4), arrival_step=1_000_000)]
+        config = EngineConfig(gpu_blocks=32, block_size=16)
+        engine = Engine(requests, config, Fixes(), max_steps=2000)
+        engine.connector = LivelockingConnector(config.connector_config(), Fixes())
+        engine.scheduler.connector = engine.connector
+        engine.watchdog.window = window
+        return engine
+
+    def test_a_replay_without_progress_stops_with_a_verdict(self):
+        record = self.engine(window=300).run()
+        assert record.livelock is not None
+        assert record.livelock["window"] == 300 and record.steps == 301
+        assert record.stuck_requests == ("looped",)
+        assert "no request finished and no new token was computed for 300 steps" in record.livelock_message
+        metrics = compute_metrics(record)
+        assert metrics["livelock"] == 1 and metrics["stuck_requests"] == 1
+
+    def test_the_verdict_names_the_preemption_cycle(self):
+        """Recomputing what a preemption threw away is not progress."""
+        watchdog = ProgressWatchdog(store_completion_steps=0, window=10)
+
+        class Item:
+            def __init__(self, req_id, start, num_tokens):
+                self.live = type("Live", (), {"req_id": req_id})()
+                self.start, self.num_tokens = start, num_tokens
+
+        verdict = None
+        assert watchdog.observe(0, [Item("a", 0, 32)], 0, {"a": 1}) is None
+        for step in range(1, 40):
+            if step % 2:
+                watchdog.preempted("a")
+                verdict = watchdog.observe(step, [], 0, {"a": 1})
+            else:
+                verdict = watchdog.observe(step, [Item("a", 16, 16)], 0, {"a": 1})  # below 32
+            if verdict is not None:
+                break
+        assert verdict is not None and verdict.step == 10
+        assert verdict.preemptions == {"a": 5}
+        assert "5 preemptions in that window (a x5)" in verdict.describe()

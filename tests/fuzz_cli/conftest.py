@@ -1,0 +1,13 @@
+"""The fuzz harness of the command line and the loaders (issue 15).
+
+Every generated input must end in exit 0, exit 1 with a recorded crash, or exit 2 with one line:
+never a traceback, a signal, or a run past the time bound. The strategies and the settings live in
+``fuzz_inputs.py`` beside this file; this conftest puts the folder on ``sys.path`` for it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
