@@ -7,6 +7,7 @@ a run is.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -80,6 +81,10 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
     # What the livelock and invariant_violations metrics count, in detail.
     result["diagnostics"] = {"livelock": record.livelock,
                              "invariant_violations": list(record.invariant_violations)}
+    # The whole store-delay distributions ({steps: chunks}), not only the percentiles: the report draws them.
+    result["distributions"] = {name: {str(k): v for k, v in sorted(Counter(delays).items())} for name, delays in
+                               (("store_submit_delay_steps", record.store_submit_delays),
+                                ("store_visible_delay_steps", record.store_visible_delays))}
     return RunOutcome(result, record)
 
 

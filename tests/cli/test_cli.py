@@ -29,7 +29,7 @@ def test_run_prints_the_table_and_writes_the_result(capsys, tmp_path):
     assert "last_block_hit_rate" in stdout and "poisoned_loads" in stdout
     result = json.loads(out.read_text())
     assert set(result) == {"schema", "workload", "connector", "config", "metrics", "provenance", "error",
-                           "diagnostics"}
+                           "diagnostics", "distributions"}
     assert result["connector"]["label"] == "reference" and result["connector"]["disabled"] == []
     assert result["metrics"]["poisoned_loads"] == 0 and result["error"] is None
     assert result["provenance"]["seed"] == result["config"]["seed"]

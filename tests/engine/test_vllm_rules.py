@@ -189,3 +189,20 @@ class TestBlockPool:
         blocks = pool.allocate(3)
         pool.free(blocks)
         assert pool.allocate(3) == blocks[::-1]
+
+
+def test_engine_and_connector_share_one_geometry():
+    """KVGeometry is defined once (core/types.py): the engine's fields take its names and
+    defaults, and the connector's config is built from them field by field."""
+    import dataclasses
+
+    from kvoffload.core.types import KVGeometry
+
+    engine_defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    for field in dataclasses.fields(KVGeometry):
+        assert engine_defaults[field.name] == field.default, field.name
+    config = EngineConfig(cpu_chunks=7, block_size=8, blocks_per_chunk=3, offload_prompt_only=True,
+                          strict_lifecycle=False, workers=2)
+    connector = config.connector_config()
+    assert (connector.cpu_chunks, connector.tokens_per_chunk, connector.num_workers) == (7, 24, 2)
+    assert connector.offload_prompt_only and not connector.strict_lifecycle
