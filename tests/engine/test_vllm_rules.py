@@ -53,7 +53,7 @@ def model(connector=None, **settings) -> SchedulerModel:
 
 def arrive(scheduler: SchedulerModel, req_id: str, prompt: int, output: int = 4) -> LiveRequest:
     spec = RequestSpec(req_id, tokens(len(scheduler.live) + 1, prompt), tokens(99, output))
-    live = LiveRequest.create(spec, BS, 0, 0)
+    live = LiveRequest.create(spec, BS, 0)
     scheduler.add(live)
     return live
 
