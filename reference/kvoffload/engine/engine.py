@@ -234,12 +234,19 @@ class Engine:
         workers = self.config.workers
         acks = [result for result in results for _ in range(workers)]
         self.observer.timed(self.connector.update_connector_output, acks)
+        # A failed load's blocks hold garbage: keep the prefix before the first of them and
+        # recompute the rest (vLLM Scheduler._handle_invalid_blocks, recompute policy).
+        invalid = self.connector.take_block_ids_with_load_errors()
         for result in results:
             if self.observer.store_completed(result, step):
                 continue
             load = self.scheduler.loads_in_flight.pop(result.job_id, None)
             if load is not None:
-                self.record.poisoned += self.oracle.check_loaded_slots(load.live, load.job, step)
+                failed = [i for i, block in enumerate(load.live.blocks) if block in invalid] if invalid else ()
+                if failed:
+                    load.live.loaded_tokens = failed[0] * self.config.block_size
+                else:
+                    self.record.poisoned += self.oracle.check_loaded_slots(load.live, load.job, step)
                 self.scheduler.load_landed(load.live, step)
 
     # ---- invariants and the end ---------------------------------------------------------------

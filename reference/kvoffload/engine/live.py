@@ -44,7 +44,6 @@ class LiveRequest:
     spec_steps: int = 0  # decode steps with drafts so far (indexes accept_counts)
     loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings
     last_scheduled_seq: int = 0  # the scheduler's non-empty-step counter when it last ran
-    abort_requested: bool = False
     admitted: bool = False  # the first admission (for hit-rate metrics) happened
 
     @classmethod
