@@ -41,6 +41,8 @@ def engine(requests, config: EngineConfig = TINY, fixes: Fixes | None = None, *,
     kwargs.setdefault("trace", True)
     engines: list[Engine] = []
     if forget_gpu_cache_before:
+        kwargs.setdefault("skip_idle", False)  # an idle-gap jump would step over the hook's step
+
         def forget(next_step: int, finished: int) -> None:
             if next_step in forget_gpu_cache_before:
                 engines[0].pool.uncache_free_blocks()

@@ -33,7 +33,7 @@ from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.feed import ArrivalFeed
-from kvoffload.engine.live import LiveRequest
+from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.oracle import KVOracle
 from kvoffload.engine.record import RunRecord
@@ -244,6 +244,9 @@ class Engine:
                 continue
             load = self.scheduler.loads_in_flight.pop(result.job_id, None)
             if load is not None:
+                if load.live.phase is Phase.FINISHED:  # aborted while loading: nobody reads these slots
+                    self.scheduler.load_landed(load.live, step)
+                    continue
                 failed = [i for i, block in enumerate(load.live.blocks) if block in invalid] if invalid else ()
                 if failed:
                     load.live.loaded_tokens = failed[0] * self.config.block_size
