@@ -88,8 +88,9 @@ def test_failed_store_frees_its_slot_and_stays_invisible(manager):
 
 def test_prepare_load_of_a_pending_chunk_is_refused(manager):
     manager.prepare_store("r", keys(1))
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="prepare_load of a chunk that is not ready") as refused:
         manager.prepare_load("r", keys(1))
+    assert not isinstance(refused.value, LifecycleViolation)  # the chunk's state, not the request's
 
 
 def test_reset_forgets_everything(manager):

@@ -176,9 +176,10 @@ class TestRobustness:
         ]
         record = replay(requests, config, Fixes(), strict=True, trace=True)
         assert (record.crash, record.poisoned, record.leaked_requests) == (None, [], ())
-        # At most the 16 computed tokens (blocks are allocated only as far as computed, so the
-        # allocated-block clamp holds this too; the next test isolates the aborted watermark).
-        assert stored_chunks(record, "long") <= {0, 1, 2, 3}
+        # Exactly the 16 tokens computed in its two steps (blocks are allocated only as far as
+        # computed, so the allocated-block clamp holds this too; the next test isolates the
+        # aborted watermark).
+        assert stored_chunks(record, "long") == {0, 1, 2, 3}
         assert stored_chunks(record, "queued") == set()
 
     @pytest.mark.parametrize("fixed", [True, False])

@@ -53,7 +53,7 @@ def model(connector=None, **settings) -> SchedulerModel:
 
 def arrive(scheduler: SchedulerModel, req_id: str, prompt: int, output: int = 4) -> LiveRequest:
     spec = RequestSpec(req_id, tokens(len(scheduler.live) + 1, prompt), tokens(99, output))
-    live = LiveRequest.create(spec, BS, 0, 0)
+    live = LiveRequest.create(spec, BS, 0)
     scheduler.add(live)
     return live
 
@@ -168,6 +168,23 @@ class TestDeferredBlockFree:
         out, _ = step(scheduler, 1)
         assert out.preempted_req_ids == () and list(out.num_scheduled_tokens) == ["A"]
         assert second.phase is Phase.RUNNING and first.phase is Phase.RUNNING
+
+
+class TestAbortDuringLoad:
+    def test_the_request_finishes_at_once_and_its_blocks_return_when_the_load_lands(self):
+        """finish_requests: a WAITING_FOR_REMOTE_KVS request finishes now with
+        delay_free_blocks; _update_from_kv_xfer_finished frees its blocks later."""
+        scheduler = model(ScriptedConnector({"L": [8]}))
+        loading = arrive(scheduler, "L", prompt=20)
+        step(scheduler)
+        free_while_loading = scheduler.pool.num_free
+        scheduler.abort("L", 1)
+        assert loading.phase is Phase.FINISHED and loading.status is RequestStatus.FINISHED_ABORTED
+        assert scheduler.finished_since_schedule == ["L"]
+        assert scheduler.pool.num_free == free_while_loading  # the copy still writes them
+        scheduler.pool.check_invariants(scheduler.blocks_in_use())
+        land(scheduler, loading)
+        assert scheduler.pool.num_free == free_while_loading + 2
 
 
 class TestBlockPool:

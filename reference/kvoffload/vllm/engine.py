@@ -15,4 +15,6 @@ class VllmSchedulerEngine:
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         # trace: the jobs live inside each connector; this engine records none (absent, not empty)
         load = ConnectorLoad(choice.source, choice.preset, choice.disabled)
-        return VllmSchedulerReplay(workload.requests, workload.engine, load, on_step=on_step, max_steps=max_steps).run()
+        replay = VllmSchedulerReplay(workload.requests, workload.engine, load, on_step=on_step, max_steps=max_steps)
+        self.unmeasured = replay.unmeasured()  # this instance serves one replay (engines.engine_named)
+        return replay.run()

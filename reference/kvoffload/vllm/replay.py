@@ -289,7 +289,7 @@ class VllmSchedulerReplay:
             record.lifecycle_violations = len(core.manager.violations)
             record.connector_stats = dict(vars(core.stats))
         if record.crash is None and not record.stuck_requests:
-            record.leaked_requests = _tracked_requests(connector)
+            record.leaked_requests = _tracked_requests(connector) or ()
         handler = _transfer_handler(self.worker)
         if handler is not None:  # both built-in workers copy through a FanOutHandler
             (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
@@ -299,6 +299,15 @@ class VllmSchedulerReplay:
         except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
             pass
         self.worker.shutdown()
+
+    def unmeasured(self) -> tuple[str, ...]:
+        """UNMEASURED, plus what this connector does not expose: lifecycle violations are the
+        reference manager's strict mode; leaks need the connector's request table."""
+        connector = self.scheduler.connector
+        extra = () if getattr(connector, "core", None) is not None else ("lifecycle_violations",)
+        if _tracked_requests(connector) is None:
+            extra += ("leaked_requests",)
+        return UNMEASURED + extra
 
     @property
     def timings(self) -> dict[str, float]:
@@ -321,11 +330,12 @@ def _transfer_handler(worker):
     return handler if hasattr(handler, "totals") else None
 
 
-def _tracked_requests(connector) -> tuple[str, ...]:
+def _tracked_requests(connector) -> tuple[str, ...] | None:
+    """Requests the connector still tracks; None when it does not say."""
     core = getattr(connector, "core", None)
     if core is not None:
         return tuple(core.tracked_request_ids())
     stock = getattr(connector, "connector_scheduler", None)
     if stock is not None and hasattr(stock, "_req_status"):
         return tuple(stock._req_status)  # vLLM's OffloadingConnectorScheduler keeps them here
-    return ()
+    return None

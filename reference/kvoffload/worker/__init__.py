@@ -11,7 +11,7 @@ The only part of the package that imports torch.
 - ``connector`` WorkerConnector: deferred store queue, flush-before-wait fence, statistics
 """
 
-from kvoffload.worker.connector import DirectionTotals, TransferFailed, WorkerConnector, WorkerStats
+from kvoffload.worker.connector import DirectionTotals, WorkerConnector, WorkerStats
 from kvoffload.worker.copy import TransferJobError
 from kvoffload.worker.cuda import CudaTransferHandler
 from kvoffload.worker.handler import HandlerStats, TransferHandler
@@ -27,7 +27,6 @@ __all__ = [
     "KVCache",
     "SteppedTransferHandler",
     "ThreadedCopyHandler",
-    "TransferFailed",
     "TransferHandler",
     "TransferJobError",
     "WorkerConnector",

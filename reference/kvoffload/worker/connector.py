@@ -25,10 +25,6 @@ from kvoffload.core.types import BlockId, JobId, StepPlan, TransferJob, Transfer
 from kvoffload.worker.handler import TransferHandler
 
 
-class TransferFailed(RuntimeError):
-    """A handler reported a failed copy; like vLLM, the worker does not support job failures."""
-
-
 @dataclass(frozen=True)
 class DirectionTotals:
     """Completed jobs of one direction, as reported by the handler."""
@@ -51,6 +47,7 @@ class DirectionTotals:
 class WorkerStats:
     stores: DirectionTotals = DirectionTotals()
     loads: DirectionTotals = DirectionTotals()
+    failed_jobs: int = 0  # reported with success=False (passed on to the scheduler side)
 
 
 class WorkerConnector:
@@ -90,21 +87,22 @@ class WorkerConnector:
     def get_finished(self) -> list[TransferResult]:
         """Queue this step's remaining stores for the next step, then report completed jobs.
 
-        Raises TransferFailed if the handler reports a failed copy.
+        Failed copies are reported as they came (``success=False``), never raised: vLLM's worker
+        asserted success and took the engine down instead of letting the scheduler recompute
+        (issues #39732, #52838).
         """
         self._unsubmitted_stores.extend(self._stores_to_defer)
         self._current_plan, self._stores_to_defer = None, ()
         results = self.handler.get_finished()
         for result in results:
             kind = self._kind_of_submitted.pop(result.job_id, None)
+            stats = self._stats
             if not result.success:
-                raise TransferFailed(
-                    f"{kind.value if kind else 'unknown'} job {result.job_id} failed to copy"
-                )
-            if kind is TransferKind.STORE:
-                self._stats = WorkerStats(self._stats.stores.plus(result), self._stats.loads)
+                self._stats = WorkerStats(stats.stores, stats.loads, stats.failed_jobs + 1)
+            elif kind is TransferKind.STORE:
+                self._stats = WorkerStats(stats.stores.plus(result), stats.loads, stats.failed_jobs)
             elif kind is TransferKind.LOAD:
-                self._stats = WorkerStats(self._stats.stores, self._stats.loads.plus(result))
+                self._stats = WorkerStats(stats.stores, stats.loads.plus(result), stats.failed_jobs)
         return results
 
     def unsubmitted_store_source_blocks(self) -> frozenset[BlockId]:
@@ -144,4 +142,4 @@ class WorkerConnector:
                 self._on_store_submitted(job)
 
 
-__all__ = ["DirectionTotals", "TransferFailed", "WorkerConnector", "WorkerStats"]
+__all__ = ["DirectionTotals", "WorkerConnector", "WorkerStats"]

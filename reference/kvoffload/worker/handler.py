@@ -7,6 +7,10 @@ the offload tier of one :class:`~kvoffload.worker.kv.KVCache`:
   bad id, size, kind or a job id seen before) and queue it. Jobs of one direction are copied and
   reported in submission order (FIFO per direction).
 - ``get_finished()`` returns the jobs whose copy completed since the previous call, once each.
+  A result with ``success=False`` is a copy that failed: its destination rows hold garbage. The
+  scheduler side owns what follows (a failed store's keys never become visible; a failed load's
+  blocks are recomputed, vLLM's ``get_block_ids_with_load_errors`` and
+  ``Scheduler._handle_invalid_blocks``); the worker passes the report on and never raises.
 - ``wait(job_ids)`` returns once every named job that was submitted has been copied. An id the
   handler was never given is ignored, as vLLM's worker does; that is what let the historical
   fence wait on a store that had not been submitted yet (vLLM PR #48596, worker half). Such ids

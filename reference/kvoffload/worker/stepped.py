@@ -12,13 +12,19 @@ Submitting only records a job. Copies run at two points the engine names:
 Completion is reported ``completion_steps`` steps after the copy ran, where a step is one
 ``get_finished()`` call: with 0, by the ``get_finished`` of the step the copy ran in (the engine
 calls it after ``run_submitted``); with 1, by the next one; and so on. Reports keep copy order.
+
+Failure injection (``fail_jobs(predicate)``): a job the predicate names does not copy; its
+destination rows are scribbled with ``FAILED_COPY_BYTE`` (a torn DMA, as a failed read from a
+storage tier leaves it) and it is reported with ``success=False``. Whoever treats that report
+as success serves the scribble, which the engine's content oracle sees (vLLM issues #39732,
+#52838: a load failure must lead to recompute, not a crash and not garbage).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kvoffload.core.types import (
     BlockId,
@@ -31,6 +37,10 @@ from kvoffload.core.types import (
 from kvoffload.worker.copy import BlockCopy, CpuBlockCopier
 from kvoffload.worker.handler import HandlerStats, SubmissionLedger, result_of
 from kvoffload.worker.kv import KVCache
+
+# What a failed copy leaves in its destination rows. A slot's fingerprint is a 64-bit hash, so a
+# scribbled slot passes the content oracle with probability 2**-64.
+FAILED_COPY_BYTE = 0xA5
 
 
 class SteppedTransferHandler:
@@ -47,6 +57,12 @@ class SteppedTransferHandler:
         self._copied_unreported: deque[tuple[int, TransferResult]] = deque()
         self._polls = 0  # get_finished calls so far: the index of the current step
         self._jobs_finished = 0
+        self._fails: Callable[[TransferJob], bool] | None = None
+        self.failed_job_ids: list[JobId] = []  # in copy order
+
+    def fail_jobs(self, predicate: Callable[[TransferJob], bool] | None) -> None:
+        """From now on, jobs for which ``predicate(job)`` is true fail when they copy (None: none)."""
+        self._fails = predicate
 
     def submit_store(self, job: TransferJob) -> None:
         plan = self._ledger.admit(job, TransferKind.STORE)
@@ -121,12 +137,25 @@ class SteppedTransferHandler:
 
     def _copy(self, plans: list[BlockCopy]) -> None:
         report_at = self._polls + self.completion_steps
+        fails = self._fails
         for plan in plans:
+            del self._not_copied[plan.job_id]
+            if fails is not None and fails(plan.job):
+                self._scribble(plan)
+                self.failed_job_ids.append(plan.job_id)
+                self._copied_unreported.append((report_at, TransferResult(plan.job_id, success=False)))
+                continue
             start = time.perf_counter()
             self._copier.copy(plan)
             seconds = time.perf_counter() - start
-            del self._not_copied[plan.job_id]
             self._copied_unreported.append((report_at, result_of(plan, seconds)))
 
+    def _scribble(self, plan: BlockCopy) -> None:
+        """A failed copy's destination: every row it would have written holds FAILED_COPY_BYTE."""
+        if plan.is_store:
+            self.kv.tier_blocks[list(plan.tier_rows)] = FAILED_COPY_BYTE
+        else:
+            self.kv.gpu[list(plan.gpu_rows)] = FAILED_COPY_BYTE
 
-__all__ = ["SteppedTransferHandler"]
+
+__all__ = ["FAILED_COPY_BYTE", "SteppedTransferHandler"]

@@ -1,0 +1,27 @@
+"""Every failing example the fuzzer ever found, replayed as an explicit story.
+
+Each entry names what went wrong when it was found. An example that exposed a too-strict oracle
+(not a connector bug) stays too: it pins the oracle's rule down.
+"""
+
+from __future__ import annotations
+
+from test_engine_fuzz import Program, check_program
+
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.requests import RequestSpec as R
+
+
+def test_follow_up_admitted_before_the_parents_final_store_exists():
+    """Found on the first run (async, 3-step copies): r3 arrives with no think time as r1
+    finishes and is admitted by the schedule that builds r1's final store of chunk 5, so it
+    misses that chunk and stores it itself. Not a connector bug: the served-oracle now asks only
+    follow-ups with two steps of think time; everything else about the run must still hold."""
+    config = EngineConfig(gpu_blocks=18, cpu_chunks=47, block_size=4, max_num_seqs=3,
+                          max_num_batched_tokens=17, store_completion_steps=3, seed=500, scheduling="async")
+    r0 = R("r0", (3, 4, 6, 3, 5, 3, 3, 7), (7, 4, 7), arrival_step=1, think_steps=3)
+    r1 = R("r1", r0.prompt_token_ids + r0.output_token_ids + (9, 9, 3, 5, 5, 3, 9, 6, 9), (7, 8, 5, 3, 4),
+           parent="r0", think_steps=2, abort_after_steps=11)
+    r3 = R("r3", r1.prompt_token_ids + r1.output_token_ids + (3,), (3, 4, 3, 5, 7, 5, 6, 3), arrival_step=2,
+           parent="r1", think_steps=0, abort_after_steps=13)
+    check_program(Program(config, (r0, r1, r3), infinite=True))
