@@ -16,7 +16,6 @@ handler seconds / plain seconds (1.0 = as fast as a bare copy; 1.25 = 80 % of it
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import statistics
 import time
@@ -89,7 +88,7 @@ class TransferCopy:
 
     def handler_copy(self) -> None:
         """One job through the handler: submit, copy, completion polled."""
-        job = dataclasses.replace(self.template, job_id=next(self.job_ids))
+        job = self.template._replace(job_id=next(self.job_ids))  # TransferJob is a NamedTuple
         self.submit(job)
         self.handler.wait_all()
         self.handler.get_finished()

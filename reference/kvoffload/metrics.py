@@ -65,6 +65,8 @@ GLOSSARY: tuple[Metric, ...] = (
 )
 
 METRIC_NAMES: tuple[str, ...] = tuple(metric.name for metric in GLOSSARY)
+# Wall-clock metrics: they differ run to run; every other metric is deterministic.
+MEASURED_METRICS = frozenset(m.name for m in GLOSSARY if m.definition.startswith(MEASURED_MARK))
 
 
 def glossary_markdown() -> str:

@@ -6,12 +6,14 @@ a run is.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
 from kvoffload.core.fixes import Fixes
-from kvoffload.engine.engine import Engine
 from kvoffload.engine.record import RunRecord
+from kvoffload.engines import SIMULATOR, engine_named
 from kvoffload.metrics import compute_metrics
 from kvoffload.results import build_result
 from kvoffload.workloads import Workload
@@ -19,23 +21,27 @@ from kvoffload.workloads import Workload
 
 @dataclass(frozen=True)
 class ConnectorChoice:
-    """Which connector a run drives: the reference with all fixes, a vLLM preset, or fixes off."""
+    """Which connector a run drives: the reference with all fixes, a vLLM preset, or fixes off;
+    on the vllm-scheduler engine also ``source`` "stock" (vLLM's own) or "MODULE:CLASS"."""
 
     label: str
     fixes: Fixes
     preset: str | None = None
+    source: str = "reference"
+    disabled: tuple[str, ...] = ()
 
     @classmethod
-    def build(cls, preset: str | None = None, disabled: tuple[str, ...] = ()) -> "ConnectorChoice":
+    def build(cls, preset: str | None = None, disabled: tuple[str, ...] = (),
+              source: str = "reference") -> "ConnectorChoice":
         fixes = Fixes.preset(preset) if preset else Fixes()
         fixes = fixes.without(*disabled)
-        label = preset or "reference"
+        label = preset or ("reference" if source == "reference" else f"vllm-{source}" if source == "stock" else source)
         if disabled:
             label += "".join(f" -{name}" for name in disabled)
-        return cls(label=label, fixes=fixes, preset=preset)
+        return cls(label=label, fixes=fixes, preset=preset, source=source, disabled=tuple(disabled))
 
     def describe(self) -> dict:
-        return {"name": "reference", "label": self.label, "preset": self.preset,
+        return {"name": self.source, "label": self.label, "preset": self.preset,
                 "fixes": self.fixes.as_dict(), "disabled": list(self.fixes.disabled())}
 
 
@@ -53,11 +59,10 @@ class RunOutcome:
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
                     on_step: Callable[[int, int], None] | None = None, trace: bool = False,
-                    max_steps: int | None = None) -> RunOutcome:
-    engine = Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace,
-                    max_steps=max_steps)
-    record = engine.run()
-    metrics = compute_metrics(record)
+                    max_steps: int | None = None, engine: str = SIMULATOR) -> RunOutcome:
+    replayer = engine_named(engine)
+    record = replayer.replay(workload, choice, on_step, trace, max_steps)
+    metrics = {name: value for name, value in compute_metrics(record).items() if name not in replayer.unmeasured}
     error = None
     if record.crash is not None:
         error = {"message": record.crash, "step": record.crash_step}
@@ -69,11 +74,17 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
     result = build_result(
         workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
                   "requests": len(workload.requests)},
-        connector=choice.describe(), config=workload.engine, metrics=metrics, seed=workload.engine.seed,
+        connector=choice.describe(),
+        config={**dataclasses.asdict(workload.engine), "engine": engine, "connector": choice.source},
+        metrics=metrics, seed=workload.engine.seed,
         error=error)
     # What the livelock and invariant_violations metrics count, in detail.
     result["diagnostics"] = {"livelock": record.livelock,
                              "invariant_violations": list(record.invariant_violations)}
+    # The whole store-delay distributions ({steps: chunks}), not only the percentiles: the report draws them.
+    result["distributions"] = {name: {str(k): v for k, v in sorted(Counter(delays).items())} for name, delays in
+                               (("store_submit_delay_steps", record.store_submit_delays),
+                                ("store_visible_delay_steps", record.store_visible_delays))}
     return RunOutcome(result, record)
 
 

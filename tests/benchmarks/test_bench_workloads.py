@@ -15,6 +15,12 @@ from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
 TRACK_CLASSES = ("TrackSharedPrefix", "TrackMultiTurn", "TrackSpecDecode")
+# track method suffix -> tracked metric name, where they differ
+METRIC_OF = {f"store_{kind}_delay_{p}": f"store_{kind}_delay_steps_{p}"
+             for kind in ("submit", "visible") for p in ("p50", "p99")}
+TRACK_OF = {metric: method for method, metric in METRIC_OF.items()}
+# No eligible continuation (prompt-only offload) or no store at all: a run may have no value.
+MAY_LACK_A_VALUE = {"track_last_block_miss_rate"} | {f"track_{m}" for m in METRIC_OF}
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +53,20 @@ def test_every_track_runs_and_is_a_number_with_a_unit(module, caches, class_name
     assert methods and all(m.startswith("track_") for m in methods)
     for method in methods:
         assert getattr(cls, method).unit, f"{class_name}.{method} has no unit"
-    values = track_values(module, class_name, caches[class_name], methods_of)
+    cache = caches[class_name]
+    values = track_values(module, class_name, cache, methods_of)
     assert all(isinstance(v, float) for v in values.values())
-    pickle.loads(pickle.dumps(caches[class_name]))  # asv pickles the cache between processes
+    # NaN (asv's n/a) exactly where the run has no value, and only for metrics that may lack one
+    nan = {(connector, method) for (connector, method), v in values.items() if math.isnan(v)}
+    missing = {(connector, "track_" + TRACK_OF.get(name, name)) for connector, tracked in cache.items()
+               for name, v in tracked.items() if v is None}
+    assert nan == missing
+    assert {method for _, method in nan} <= MAY_LACK_A_VALUE, nan
+    for (connector, method), v in values.items():
+        if not math.isnan(v):
+            name = METRIC_OF.get(method[len("track_"):], method[len("track_"):])
+            assert v == pytest.approx(cache[connector][name]) and v >= 0, (connector, method)
+    assert pickle.loads(pickle.dumps(cache)) == cache  # asv pickles the cache between processes
 
 
 @pytest.mark.parametrize("class_name", TRACK_CLASSES)
@@ -88,11 +105,15 @@ def test_a_metric_without_a_value_is_nan_for_asv(module, caches):
     assert math.isnan(bench.track_last_block_miss_rate(caches["TrackSharedPrefix"], "reference"))
 
 
-def test_workload_generation_runs(module, methods_of):
+def test_workload_generation_generates_the_workload(module, methods_of):
     bench = module.GenerateWorkload()
     bench.setup("spec-decode-small")
+    expected = load_workload("spec-decode-small").requests
+    assert methods_of(module.GenerateWorkload) == ["peakmem_generate", "time_generate"]
     for method in methods_of(module.GenerateWorkload):
+        bench.generated = None
         assert getattr(bench, method)("spec-decode-small") is None
+        assert bench.generated.requests == expected and len(expected) > 0
 
 
 def test_workloads_resolve_to_this_checkouts_definitions(module):

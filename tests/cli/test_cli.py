@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
+from kvoffload.metrics import MEASURED_METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +29,7 @@ def test_run_prints_the_table_and_writes_the_result(capsys, tmp_path):
     assert "last_block_hit_rate" in stdout and "poisoned_loads" in stdout
     result = json.loads(out.read_text())
     assert set(result) == {"schema", "workload", "connector", "config", "metrics", "provenance", "error",
-                           "diagnostics"}
+                           "diagnostics", "distributions"}
     assert result["connector"]["label"] == "reference" and result["connector"]["disabled"] == []
     assert result["metrics"]["poisoned_loads"] == 0 and result["error"] is None
     assert result["provenance"]["seed"] == result["config"]["seed"]
@@ -36,7 +37,7 @@ def test_run_prints_the_table_and_writes_the_result(capsys, tmp_path):
 
 
 def test_the_same_command_gives_the_same_metrics(capsys, tmp_path):
-    measured = {"connector_us_per_step", "copy_gb_per_s", "sim_requests_per_s"}
+    measured = MEASURED_METRICS
     metrics = []
     for name in ("a.json", "b.json"):
         assert run_cli(capsys, "run", "--workload", "spec-decode-small", "--quiet", "--out", str(tmp_path / name))[0] == 0
@@ -154,7 +155,7 @@ def test_metrics_do_not_depend_on_the_process_hash_seed(tmp_path):
     """Strings and bytes hash differently in every process: no decision may iterate over them."""
     script = Path(sys.executable).parent / "kvoffload"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "kvoffload.cli"]
-    measured = {"connector_us_per_step", "copy_gb_per_s", "sim_requests_per_s"}
+    measured = MEASURED_METRICS
     metrics = []
     for seed in ("1", "2"):
         out = tmp_path / f"seed{seed}.json"
@@ -165,3 +166,20 @@ def test_metrics_do_not_depend_on_the_process_hash_seed(tmp_path):
         values = json.loads(out.read_text())["metrics"]
         metrics.append({k: v for k, v in values.items() if k not in measured})
     assert metrics[0] == metrics[1]
+
+
+def test_bench_small_keeps_its_own_summary(capsys, tmp_path, monkeypatch):
+    """A smoke run must not replace the committed full-size summary. The replays are stubbed with
+    one real outcome (the table and the files are what is under test, not the engine)."""
+    import kvoffload.cli.bench
+    from kvoffload.runner import ConnectorChoice, replay_workload
+    from kvoffload.workloads import load_workload
+
+    outcome = replay_workload(load_workload("multi-turn-small"), ConnectorChoice.build())
+    monkeypatch.setattr(kvoffload.cli.bench, "replay", lambda *args, **kwargs: outcome)
+    (tmp_path / "bench-summary.json").write_text('{"full": true}')
+    code, stdout, _ = run_cli(capsys, "bench", "--small", "--quiet", "--out-dir", str(tmp_path))
+    assert code == 0 and "bench-summary-small.json" in stdout
+    assert json.loads((tmp_path / "bench-summary.json").read_text()) == {"full": True}
+    summary = json.loads((tmp_path / "bench-summary-small.json").read_text())
+    assert len(summary["rows"]) == len(list(tmp_path.glob("bench-*-small-*.json")))

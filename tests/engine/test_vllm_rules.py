@@ -53,7 +53,7 @@ def model(connector=None, **settings) -> SchedulerModel:
 
 def arrive(scheduler: SchedulerModel, req_id: str, prompt: int, output: int = 4) -> LiveRequest:
     spec = RequestSpec(req_id, tokens(len(scheduler.live) + 1, prompt), tokens(99, output))
-    live = LiveRequest.create(spec, BS, 0, 0)
+    live = LiveRequest.create(spec, BS, 0)
     scheduler.add(live)
     return live
 
@@ -170,6 +170,23 @@ class TestDeferredBlockFree:
         assert second.phase is Phase.RUNNING and first.phase is Phase.RUNNING
 
 
+class TestAbortDuringLoad:
+    def test_the_request_finishes_at_once_and_its_blocks_return_when_the_load_lands(self):
+        """finish_requests: a WAITING_FOR_REMOTE_KVS request finishes now with
+        delay_free_blocks; _update_from_kv_xfer_finished frees its blocks later."""
+        scheduler = model(ScriptedConnector({"L": [8]}))
+        loading = arrive(scheduler, "L", prompt=20)
+        step(scheduler)
+        free_while_loading = scheduler.pool.num_free
+        scheduler.abort("L", 1)
+        assert loading.phase is Phase.FINISHED and loading.status is RequestStatus.FINISHED_ABORTED
+        assert scheduler.finished_since_schedule == ["L"]
+        assert scheduler.pool.num_free == free_while_loading  # the copy still writes them
+        scheduler.pool.check_invariants(scheduler.blocks_in_use())
+        land(scheduler, loading)
+        assert scheduler.pool.num_free == free_while_loading + 2
+
+
 class TestBlockPool:
     def test_equal_hashes_are_all_committed_and_a_lookup_takes_the_earliest(self):
         """BlockHashToBlockMap: no de-duplication, block tables stay append-only."""
@@ -189,3 +206,20 @@ class TestBlockPool:
         blocks = pool.allocate(3)
         pool.free(blocks)
         assert pool.allocate(3) == blocks[::-1]
+
+
+def test_engine_and_connector_share_one_geometry():
+    """KVGeometry is defined once (core/types.py): the engine's fields take its names and
+    defaults, and the connector's config is built from them field by field."""
+    import dataclasses
+
+    from kvoffload.core.types import KVGeometry
+
+    engine_defaults = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+    for field in dataclasses.fields(KVGeometry):
+        assert engine_defaults[field.name] == field.default, field.name
+    config = EngineConfig(cpu_chunks=7, block_size=8, blocks_per_chunk=3, offload_prompt_only=True,
+                          strict_lifecycle=False, workers=2)
+    connector = config.connector_config()
+    assert (connector.cpu_chunks, connector.tokens_per_chunk, connector.num_workers) == (7, 24, 2)
+    assert connector.offload_prompt_only and not connector.strict_lifecycle

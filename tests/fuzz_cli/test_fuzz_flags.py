@@ -53,14 +53,18 @@ SETTINGS = ("cpu_chunks=64", "gpu_blocks=4096", "gpu_blocks=99999999999999999999
             "slot_bytes=12", "profile=h200-llama3-8b", "profile=nope", "spec_acceptance=nan", "spec_acceptance=inf")
 
 
-def value(pool) -> st.SearchStrategy:
-    return mostly(st.sampled_from(pool), texts, one_in=6)
+def value(pool, free_text: bool = True) -> st.SearchStrategy:
+    return mostly(st.sampled_from(pool), texts, one_in=6) if free_text else st.sampled_from(pool)
 
 
 OPTIONS = {
     "run": [("--workload", value(WORKLOADS)), ("--scheduling", value(("sync", "async", "eager"))),
             ("--disable-fix", value(FIXES)), ("--preset", value(PRESETS)), ("--set", value(SETTINGS)),
             ("--set", value(SETTINGS)), ("--out", value(PATHS)), ("--trace", value(PATHS)), ("--quiet", None),
+            ("--max-steps", value(("1", "100", "0", "-5", "1e3", "99999999999999999999"))),
+            ("--engine", value(("simulator", "vllm-scheduler", "bogus"))),
+            # never a module of the standard library: --connector MODULE:CLASS imports and builds it
+            ("--connector", value(("reference", "stock", "nope:X", "kvoffload:Nothing", ":"), free_text=False)),
             ("--bogus", None)],
     "bench": [("--small", None), ("--out-dir", value(PATHS)), ("--quiet", None), ("--workload", value(WORKLOADS))],
     "report": [("--from", value(PATHS)), ("--out", value(PATHS))],

@@ -6,6 +6,7 @@ presets, and a capacity sweep); the asv results are a minimal file in asv 0.6's 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -97,8 +98,58 @@ def test_asv_results_become_history_per_machine(run_dir, tmp_path):
     assert units["bench_workloads.TrackMultiTurn.track_last_block_miss_rate"] == "ratio"
     out = tmp_path / "charts"
     index = draw_report(source, out)  # asv results alone are enough
-    assert sorted(p.name for p in out.glob("*.png")) == ["asv-ci-2core-bench_workloads.TrackMultiTurn.png"]
-    assert "no run results" in index.read_text()
+    assert sorted(p.name for p in out.glob("*.png")) == ["asv-bench_workloads.TrackMultiTurn.png"]
+    page = index.read_text()
+    assert "no run results" in page
+    # provenance: each commit's result file is listed under the chart
+    assert "Provenance of the points (2 sources)" in page
+    assert str(source / "asv" / "ci-2core" / "aaaa1111-existing-py.json") in page
+
+
+def test_a_value_recorded_under_another_benchmark_version_is_left_out(tmp_path):
+    """As in asv: after a version bump, values recorded under the old version are not drawn."""
+    asv_dir = tmp_path / "asv"
+    write_asv_results(asv_dir)
+    name = "bench_workloads.TrackMultiTurn.track_last_block_miss_rate"
+    assert len(find_asv_points(asv_dir)[0]) == 3  # recorded as version "1", the suite's too
+    (asv_dir / "benchmarks.json").write_text(json.dumps({name: {"unit": "ratio", "version": "2"}, "version": 2}))
+    assert find_asv_points(asv_dir)[0] == []
+    (asv_dir / "benchmarks.json").write_text(json.dumps({name: {"unit": "ratio", "version": "1"}, "version": 2}))
+    assert len(find_asv_points(asv_dir)[0]) == 3
+
+
+def test_two_machines_share_a_panel_with_their_own_styles(tmp_path):
+    from kvoffload.report.history import draw_asv_history, series_style
+
+    source = tmp_path / "results"
+    write_asv_results(source / "asv")
+    other = source / "asv" / "h200"
+    other.mkdir()
+    for path in (source / "asv" / "ci-2core").glob("*-existing-py.json"):
+        (other / path.name).write_text(path.read_text())
+    points, units = find_asv_points(source / "asv")
+    charts = draw_asv_history(points, units, tmp_path)
+    assert [c.filename for c in charts] == ["asv-bench_workloads.TrackMultiTurn.png"]
+    assert {row[0] for row in charts[0].provenance[1:]} == {"ci-2core", "h200"}
+    # the same connector on two machines: another colour and line style; the reference on top
+    ref_a, ref_b, preset = series_style(0, 0, True), series_style(0, 1, True), series_style(1, 0, False)
+    assert ref_a["color"] != ref_b["color"] and ref_a["linestyle"] != ref_b["linestyle"]
+    assert ref_a["zorder"] > preset["zorder"] and ref_a["color"] != preset["color"]
+    assert len({series_style(i, 0, False)["color"] for i in range(4)}) == 4
+
+
+@pytest.mark.parametrize("unit, values, factor, label", [
+    ("bytes", [3.2e8, 3.4e8], 1 / 2**20, "MiB"),
+    ("bytes", [5 * 2**30], 1 / 2**30, "GiB"),
+    ("seconds", [0.00012], 1e6, "µs"),
+    ("seconds", [0.25], 1e3, "ms"),
+    ("seconds", [14.0], 1.0, "s"),
+    ("µs/step", [120.0], 1.0, "µs/step"),
+])
+def test_values_are_shown_in_human_units(unit, values, factor, label):
+    from kvoffload.report.history import human_unit
+
+    assert human_unit(unit, values) == (pytest.approx(factor), label)
 
 
 def test_a_malformed_run_file_is_listed_not_fatal(run_dir, tmp_path):
@@ -140,3 +191,28 @@ def test_a_file_as_source_is_refused(tmp_path):
     path.write_text("{}")
     with pytest.raises(ResultError, match="not a directory"):
         draw_report(path, tmp_path / "out")
+
+
+def test_a_result_keeps_the_whole_store_delay_distributions(run_dir):
+    """The histogram in the result file agrees with the run's own percentiles (nearest rank)."""
+    runs, _ = find_runs(run_dir)
+    for run in runs:
+        for metric in ("store_submit_delay_steps", "store_visible_delay_steps"):
+            counts = run.distributions[metric]
+            delays = [steps for steps, n in sorted(counts.items()) for _ in range(n)]
+            assert delays, (run.path, metric)
+            for q in (50, 99):
+                rank = -(-len(delays) * q // 100)
+                assert delays[rank - 1] == run.metrics[f"{metric}_p{q}"], (run.path, metric, q)
+
+
+def test_store_delays_draw_distributions_where_kept_else_percentiles(run_dir, tmp_path):
+    from kvoffload.report.figures import ablation_set, draw_store_delays
+
+    runs, _ = find_runs(run_dir)
+    [full] = draw_store_delays(runs, tmp_path)
+    assert full.caption.startswith("the whole distribution")
+    without = [dataclasses.replace(run, distributions={}) for run in runs]
+    [bars] = draw_store_delays(without, tmp_path)
+    assert bars.caption.startswith("p50 and p99")
+    assert [row[2] for row in full.provenance[1:]] == [str(run.path) for run in ablation_set(runs)]

@@ -1,7 +1,7 @@
 """Byte-exact round trips: store GPU blocks to the tier, load them back into other GPU blocks.
 
-Every CPU handler, chunk sizes 1 and 4, slot widths on both copy paths (numpy slices for small
-blocks, torch copies from 256 KiB), scattered block ids (many runs) and loads starting mid-chunk.
+Every CPU handler, chunk sizes 1 and 4, a small and a 64 KiB slot width, scattered block ids
+(many runs) and loads starting mid-chunk.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ naming what was wrong, nothing written; 130 interrupted (Ctrl-C): one line, noth
 
 Layout: ``app`` (the parser, dispatch and the exit-code mapping), ``flags`` (argparse actions
 that refuse a repeated flag), ``outputs`` (every output path checked before any work), one
-module per command (``run``, ``bench``, ``info``). A new command is a module with a
+module per command (``run``, ``bench``, ``sweep``, ``info``). A new command is a module with a
 ``register(subparsers)`` function, listed in ``app.COMMANDS``.
 
 This module imports nothing heavy: torch loads inside ``main``, so a Ctrl-C in the first

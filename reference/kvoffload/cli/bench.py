@@ -10,6 +10,7 @@ from kvoffload.cli.flags import Once, OnceTrue
 from kvoffload.cli.outputs import check_output_dir, check_output_file
 from kvoffload.cli.run import replay, slug
 from kvoffload.core.fixes import PRESETS
+from kvoffload.engines import ENGINES, SIMULATOR
 from kvoffload.metrics import format_value
 from kvoffload.results import write_atomic
 from kvoffload.runner import ConnectorChoice
@@ -37,6 +38,9 @@ def register(sub) -> None:
     bench.add_argument("--small", action=OnceTrue, help="the -small workloads (seconds, for a smoke run)")
     bench.add_argument("--out-dir", action=Once, type=Path, default=Path("results/runs"))
     bench.add_argument("--quiet", action=OnceTrue)
+    bench.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
+                       help="vllm-scheduler: the small workloads on the simulator and on vLLM's scheduler "
+                            "with vLLM's stock connector and the reference (needs the vllm extra)")
     bench.set_defaults(handler=_cmd_bench)
 
 
@@ -47,33 +51,42 @@ def summary_name(small: bool) -> str:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     out_dir = check_output_dir("--out-dir", args.out_dir)
-    suffix = "-small" if args.small else ""
+    three_way = args.engine != SIMULATOR
+    suffix = "-small" if args.small or three_way else ""
     workloads = [load_workload(name + suffix) for name in BENCH_WORKLOADS]
-    choices = [ConnectorChoice.build(preset) for preset in BENCH_CONNECTORS]
-    plan = [(workload, choice, out_dir / f"bench-{slug(workload.name)}-{slug(choice.label)}.json")
-            for workload in workloads for choice in choices]
-    summary = out_dir / summary_name(args.small)
-    for _, _, path in plan:
+    if three_way:  # the simulator's row, then vLLM's scheduler with vLLM's connector and ours
+        choices = [(SIMULATOR, ConnectorChoice.build()), (args.engine, ConnectorChoice.build(source="stock")),
+                   (args.engine, ConnectorChoice.build())]
+    else:
+        choices = [(SIMULATOR, ConnectorChoice.build(preset)) for preset in BENCH_CONNECTORS]
+    plan = [(workload, engine, choice, out_dir / f"bench-{slug(workload.name)}-{slug(choice.label)}"
+             f"{'' if engine == SIMULATOR else '-' + engine}.json")
+            for workload in workloads for engine, choice in choices]
+    summary = out_dir / ("bench-summary-vllm.json" if three_way else summary_name(args.small))
+    for _, _, _, path in plan:
         check_output_file("--out-dir", path, create_parents=True)
     check_output_file("--out-dir", summary, create_parents=True)
     rows = []
     started = time.perf_counter()
-    for index, (workload, choice, path) in enumerate(plan):
-        outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ")
+    for index, (workload, engine, choice, path) in enumerate(plan):
+        outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine)
         write_atomic(path, outcome.result)
-        rows.append((workload.name, choice.label, outcome.result["metrics"], outcome.failed))
+        label = choice.label if not three_way else f"{'sim' if engine == SIMULATOR else 'vllm'} {choice.label}"
+        rows.append((workload.name, label, outcome.result["metrics"], outcome.failed))
     elapsed = time.perf_counter() - started
     write_atomic(summary, {
         "schema": "kvoffload-bench/bench/v1", "seconds": round(elapsed, 1),
         "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f} for w, c, m, f in rows]})
     print(_bench_table(rows))
+    if three_way:
+        print("\n" + stock_ratio_lines(rows))
     print(f"\n{len(rows)} runs in {elapsed:.0f} s; results in {out_dir}/ (summary {summary.name})")
     return 0
 
 
 def _bench_table(rows) -> str:
     headers = ["workload", "connector"] + [SHORT_NAMES[name] for name in TABLE_METRICS]
-    body = [[w, c] + [format_value(name, m[name]) for name in TABLE_METRICS] for w, c, m, _ in rows]
+    body = [[w, c] + [format_value(name, m.get(name)) for name in TABLE_METRICS] for w, c, m, _ in rows]
     widths = [max(len(str(row[i])) for row in [headers] + body) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(headers))]
     lines.append("  ".join("-" * w for w in widths))
@@ -87,3 +100,16 @@ def _bench_table(rows) -> str:
     legend = ("last-blk: last_block_hit_rate  offload/gpu: hit rates  poison: poisoned_loads  "
               "submit50/visib99: store delays (steps)  tok/s(mod): tokens_per_s_modeled")
     return "\n".join(lines + ["", legend])
+
+
+def stock_ratio_lines(rows) -> str:
+    """connector_us_per_step of the reference over vLLM's stock connector, per workload, both
+    measured on vLLM's scheduler in this run (below 1: the reference is cheaper)."""
+    per_step = {(w, c): m.get("connector_us_per_step") for w, c, m, _ in rows}
+    lines = ["connector_us_per_step on vLLM's scheduler, reference / stock (same run):"]
+    for workload in dict.fromkeys(w for w, _, _, _ in rows):
+        ours, stock = per_step.get((workload, "vllm reference")), per_step.get((workload, "vllm vllm-stock"))
+        ratio = f"{ours / stock:.2f}x" if ours and stock else "-"
+        lines.append(f"  {workload:<22} {format_value('connector_us_per_step', ours):>8} / "
+                     f"{format_value('connector_us_per_step', stock):>8} us = {ratio}")
+    return "\n".join(lines)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvoffload.cli.flags import Once, UsageError
 from kvoffload.cli.outputs import check_output_dir
-from kvoffload.core.fixes import FIX_INFO, presets_lacking
+from kvoffload.core.fixes import FIX_INFO, PRESETS, Fixes, presets_lacking
 from kvoffload.metrics import METRIC_NAMES, format_value
 from kvoffload.results import read_result
 from kvoffload.workloads import describe_workload, list_workloads, load_workload
@@ -41,6 +41,10 @@ def _cmd_fixes(args: argparse.Namespace) -> int:
         print(f"  reproduces:  {fix.reproduces}")
         print(f"  since vLLM:  {fix.first_release}")
         print(f"  off in:      {', '.join(lacking) if lacking else '(no preset)'}")
+    print("\nrelease rules (docs/design.md, \"Connector rules\"):")
+    for label, rules in [(p.name, p.rules) for p in PRESETS.values()] + [("reference", Fixes().rules)]:
+        cursor = "monotonic" if rules.store_cursor_monotonic else "rewinds after preemption"
+        print(f"  {label:<10}  recency {rules.recency.value}, store cursor {cursor}")
     return 0
 
 

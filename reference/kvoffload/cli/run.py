@@ -10,6 +10,7 @@ from typing import Sequence
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
+from kvoffload.engines import ENGINES, SIMULATOR
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import write_atomic
 from kvoffload.runner import ConnectorChoice, RunOutcome, chrome_trace, replay_workload
@@ -30,6 +31,10 @@ def register(sub) -> None:
                      help="stop after N engine steps (the run then fails, exit 1, its result says so)")
     run.add_argument("--trace", action=Once, type=Path, metavar="FILE",
                      help="also write the jobs as a Chrome trace (JSON)")
+    run.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
+                     help="simulator (default) or vLLM's own scheduler (needs the vllm extra)")
+    run.add_argument("--connector", action=Once, default="reference", metavar="reference|stock|MODULE:CLASS",
+                     help="vllm-scheduler engine: the reference connector, vLLM's stock one, or any class")
     run.set_defaults(handler=_cmd_run)
 
 
@@ -52,10 +57,12 @@ def parse_settings(settings: Sequence[str], scheduling: str | None = None) -> di
     return parsed
 
 
-def connector_choice(preset: str | None, disabled: Sequence[str]) -> ConnectorChoice:
+def connector_choice(preset: str | None, disabled: Sequence[str], source: str = "reference") -> ConnectorChoice:
     """The connector of ``--preset``/``--disable-fix``; disabling a fix the preset already lacks is
     an error (the label would name a change that is not one)."""
-    choice = ConnectorChoice.build(preset, tuple(disabled))  # unknown names: ConfigError
+    if source == "stock" and (preset or disabled):
+        raise UsageError("--preset and --disable-fix change the reference connector, not --connector stock")
+    choice = ConnectorChoice.build(preset, tuple(disabled), source)  # unknown names: ConfigError
     if preset is not None:
         lacking = set(Fixes.preset(preset).disabled())
         for name in disabled:
@@ -66,7 +73,11 @@ def connector_choice(preset: str | None, disabled: Sequence[str]) -> ConnectorCh
 
 def _cmd_run(args: argparse.Namespace) -> int:
     overrides = parse_settings(args.settings, args.scheduling)
-    choice = connector_choice(args.preset, args.disable_fix)
+    if args.engine == SIMULATOR and args.connector != "reference":
+        raise UsageError(f"--connector {args.connector} needs --engine vllm-scheduler (the simulator runs the reference)")
+    if args.engine != SIMULATOR and args.trace is not None:
+        raise UsageError(f"--trace needs the simulator: the {args.engine} engine does not record jobs")
+    choice = connector_choice(args.preset, args.disable_fix, args.connector)
     outputs = []
     if args.out is not None:
         outputs.append(("--out", check_output_file("--out", args.out)))
@@ -76,10 +87,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload, overrides)
     out = args.out
     if out is None:
-        out = check_output_file("--out", Path("results/runs") / f"{slug(workload.name)}-{slug(choice.label)}.json",
-                                create_parents=True)
+        engine_part = "" if args.engine == SIMULATOR else f"-{args.engine}"
+        out = check_output_file("--out", Path("results/runs") / f"{slug(workload.name)}-{slug(choice.label)}"
+                                f"{engine_part}.json", create_parents=True)
         check_distinct(outputs + [("--out", out)])
-    outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None, max_steps=args.max_steps)
+    outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None, max_steps=args.max_steps,
+                     engine=args.engine)
     write_atomic(out, outcome.result)
     if args.trace is not None:
         write_atomic(args.trace, chrome_trace(outcome.record))
@@ -103,9 +116,9 @@ def _positive_int(text: str) -> int:
 
 
 def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False,
-           max_steps: int | None = None) -> RunOutcome:
+           max_steps: int | None = None, engine: str = SIMULATOR) -> RunOutcome:
     if quiet:
-        return replay_workload(workload, choice, trace=trace, max_steps=max_steps)
+        return replay_workload(workload, choice, trace=trace, max_steps=max_steps, engine=engine)
     from tqdm import tqdm
 
     with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
@@ -113,7 +126,8 @@ def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", t
         def on_step(step: int, finished: int) -> None:
             if finished > bar.n:
                 bar.update(finished - bar.n)
-        return replay_workload(workload, choice, on_step=on_step, trace=trace, max_steps=max_steps)
+        return replay_workload(workload, choice, on_step=on_step, trace=trace, max_steps=max_steps,
+                               engine=engine)
 
 
 def _run_table(outcome: RunOutcome) -> str:
@@ -121,11 +135,12 @@ def _run_table(outcome: RunOutcome) -> str:
     metrics = result["metrics"]
     config = result["config"]
     head = (f"workload {result['workload']['name']} ({result['workload']['requests']} requests, "
-            f"{config['scheduling']} scheduling)   connector {result['connector']['label']}")
+            f"{config['scheduling']} scheduling)   connector {result['connector']['label']}"
+            f"   engine {config.get('engine', SIMULATOR)}")
     width = max(len(name) for name in METRIC_NAMES)
     lines = [head, "-" * len(head)]
     for name, _, meaning in GLOSSARY:
-        lines.append(f"{name:<{width}}  {format_value(name, metrics[name]):>12}   {meaning}".rstrip())
+        lines.append(f"{name:<{width}}  {format_value(name, metrics.get(name)):>12}   {meaning}".rstrip())
     return "\n".join(lines)
 
 

@@ -13,7 +13,8 @@ The engine calls, per step and in vLLM's order (docs/design.md, "One engine step
 Every rule that an earlier vLLM release got wrong sits behind a flag of :class:`Fixes`; with a
 flag off the code takes the old path on purpose, so a test can replay the historical bug. Rules
 that changed between releases without being a bug (recency, the store cursor) come from
-``Fixes.rules`` (docs/design.md, "Connector rules").
+``Fixes.rules`` (docs/design.md, "Connector rules"). The store half of build_connector_meta lives
+in stores.py, the per-request state in request_state.py.
 """
 
 from __future__ import annotations

@@ -47,19 +47,24 @@ class StorePlanner:
               flush: set[JobId]) -> list[TransferJob]:
         """This step's store jobs: scheduled requests, then (PR #48596) the finished ones."""
         jobs: list[TransferJob] = []
-        fast_path = self._cursor_monotonic  # a rewinding cursor (vLLM 0.25) must see every request
-        for req_id, num_scheduled in out.num_scheduled_tokens.items():
-            state = requests.get(req_id)
-            if state is None:
-                continue
-            req = state.req
-            # Fast path, the common decode step: the watermark, min(computed + scheduled,
-            # num_tokens), stays short of the end of the next chunk to store.
-            boundary = state.store_boundary
-            if fast_path and (req.num_computed_tokens + num_scheduled < boundary
-                              or len(req.all_token_ids) < boundary):
-                continue
-            self._store_request(state, num_scheduled, allocated, flush, jobs)
+        state_of = requests.get
+        if self._cursor_monotonic:
+            for req_id, num_scheduled in out.num_scheduled_tokens.items():
+                state = state_of(req_id)
+                if state is None:
+                    continue
+                req = state.req
+                # The common decode step: the watermark, min(computed + scheduled, num_tokens),
+                # stays short of the end of the next chunk to store. Nothing to do.
+                boundary = state.store_boundary
+                if req.num_computed_tokens + num_scheduled < boundary or len(req.all_token_ids) < boundary:
+                    continue
+                self._store_request(state, num_scheduled, allocated, flush, jobs)
+        else:  # a rewinding cursor (vLLM 0.25) must see every request, behind its cursor or not
+            for req_id, num_scheduled in out.num_scheduled_tokens.items():
+                state = state_of(req_id)
+                if state is not None:
+                    self._store_request(state, num_scheduled, allocated, flush, jobs)
         if self.fixes.last_block_at_finish:  # PR #48596: finished requests get their last store
             for req_id in out.finished_req_ids:
                 state = requests.get(req_id)

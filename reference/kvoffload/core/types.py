@@ -163,15 +163,26 @@ class TransferResult:
 
 
 @dataclass(frozen=True)
-class ConnectorConfig:
+class KVGeometry:
+    """The KV layout and offload tier that the engine and the connector share: defined once here,
+    extended by :class:`ConnectorConfig` and by the engine's ``EngineConfig``."""
+
+    block_size: int = 16  # tokens per GPU block
+    blocks_per_chunk: int = 1  # GPU blocks per offloaded chunk
+    cpu_chunks: int = 4096  # offload-tier capacity in chunks
+    offload_prompt_only: bool = False
+    strict_lifecycle: bool = True
+
+    @property
+    def tokens_per_chunk(self) -> int:
+        return self.block_size * self.blocks_per_chunk
+
+
+@dataclass(frozen=True)
+class ConnectorConfig(KVGeometry):
     """Geometry and policy of the reference connector (validated on construction)."""
 
-    block_size: int = 16
-    blocks_per_chunk: int = 1
-    cpu_chunks: int = 1024
-    offload_prompt_only: bool = False
     num_workers: int = 1
-    strict_lifecycle: bool = True
     raise_on_violation: bool = False
 
     def __post_init__(self) -> None:
@@ -179,10 +190,6 @@ class ConnectorConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-    @property
-    def tokens_per_chunk(self) -> int:
-        return self.block_size * self.blocks_per_chunk
 
 
 class ConfigError(ValueError):
@@ -207,6 +214,7 @@ __all__ = [
     "ChunkSlot",
     "ConfigError",
     "ConnectorConfig",
+    "KVGeometry",
     "ConnectorCrash",
     "JobId",
     "LifecycleEvent",

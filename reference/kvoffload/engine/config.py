@@ -6,17 +6,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kvoffload.core.types import ConfigError, ConnectorConfig
+from kvoffload.core.types import ConfigError, ConnectorConfig, KVGeometry
 from kvoffload.engine.cost import profile as hardware_profile
+
+
+_SHARED = KVGeometry()  # the connector's geometry: its defaults are the engine's
 
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """The engine's settings. The geometry it shares with the connector (``KVGeometry``) keeps its
+    names and defaults from there; ``connector_config()`` hands it over field by field."""
+
     gpu_blocks: int = 2048  # GPU KV blocks, null block 0 included
-    cpu_chunks: int = 4096  # offload-tier capacity in chunks
-    block_size: int = 16  # tokens per GPU block
-    blocks_per_chunk: int = 1  # GPU blocks per offloaded chunk
-    offload_prompt_only: bool = False
+    cpu_chunks: int = _SHARED.cpu_chunks  # offload-tier capacity in chunks
+    block_size: int = _SHARED.block_size  # tokens per GPU block
+    blocks_per_chunk: int = _SHARED.blocks_per_chunk  # GPU blocks per offloaded chunk
+    offload_prompt_only: bool = _SHARED.offload_prompt_only
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048  # chunked-prefill token budget per step
     spec_tokens: int = 0  # k draft tokens per decode step (0: no speculative decoding)
@@ -25,7 +31,7 @@ class EngineConfig:
     store_completion_steps: int = 1  # steps between a copy running and its completion report
     slot_bytes: int = 16  # bytes per token slot (>= 8: the first 8 hold the fingerprint)
     seed: int = 0
-    strict_lifecycle: bool = True
+    strict_lifecycle: bool = _SHARED.strict_lifecycle
     scheduling: Literal["sync", "async"] = "sync"
     # vLLM's scheduler_reserve_full_isl (SchedulerConfig, default on): a waiting request is
     # admitted only if blocks for its whole prompt are free, not just for its first chunk.
@@ -62,14 +68,8 @@ class EngineConfig:
         return self.block_size * self.blocks_per_chunk
 
     def connector_config(self) -> ConnectorConfig:
-        return ConnectorConfig(
-            block_size=self.block_size,
-            blocks_per_chunk=self.blocks_per_chunk,
-            cpu_chunks=self.cpu_chunks,
-            offload_prompt_only=self.offload_prompt_only,
-            num_workers=self.workers,
-            strict_lifecycle=self.strict_lifecycle,
-        )
+        shared = {field.name: getattr(self, field.name) for field in dataclasses.fields(KVGeometry)}
+        return ConnectorConfig(**shared, num_workers=self.workers)
 
     def replace(self, **changes: Any) -> "EngineConfig":
         return dataclasses.replace(self, **changes)

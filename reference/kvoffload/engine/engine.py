@@ -59,13 +59,14 @@ class Engine:
     def __init__(self, requests: Sequence[RequestSpec], config: EngineConfig, fixes: Fixes | None = None, *,
                  reset_cache_at: Iterable[int] = (), check_invariants: bool = True,
                  strict: bool = False, trace: bool = False, max_steps: int | None = None,
-                 on_step: Callable[[int, int], None] | None = None):
+                 on_step: Callable[[int, int], None] | None = None, skip_idle: bool = True):
         self.config = config
         self.fixes = fixes if fixes is not None else Fixes()
         self.check_invariants = check_invariants
         self.strict = strict
         self.max_steps = max_steps
         self.on_step = on_step
+        self.skip_idle = skip_idle  # False walks idle gaps step by step (the equality tests' baseline)
         bs = config.block_size
         try:
             self.kv = KVCache(config.gpu_blocks, bs, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)
@@ -89,7 +90,7 @@ class Engine:
         self.connector.manager.raise_on_violation = strict
         self.pool = BlockPool(config.gpu_blocks, bs)
         self.scheduler = SchedulerModel(config, self.pool, self.connector, self.observer,
-                                        on_finished=lambda live, step: self.feed.parent_finished(live.req_id, step))
+                                        on_finished=self._finished)
         self.watchdog = ProgressWatchdog(config.store_completion_steps)
         self.observer.watchdog = self.watchdog
         self._reset_at = set(reset_cache_at)
@@ -114,11 +115,13 @@ class Engine:
                 if self._idle_steps >= STUCK_AFTER_STEPS:
                     self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding, *self.scheduler.waiting))
                     break
+                if self.skip_idle and self._skip_idle_gap():
+                    continue
                 self._one_step()
                 if self.record.livelock is not None:
                     break
                 if self.on_step is not None:
-                    self.on_step(self._step, len(self.scheduler.finished))
+                    self.on_step(self._step, self.record.finished_requests)
             if self._pending_output is not None:
                 self._update_from_output(self._pending_output)
                 self._pending_output = None
@@ -135,6 +138,27 @@ class Engine:
         return bool(self.feed.has_pending() or self.scheduler.live or self.scheduler.finished_since_schedule
                     or self._pending_output or self.connector.has_pending_work()
                     or self.worker.has_unsubmitted_stores())
+
+    def _skip_idle_gap(self) -> bool:
+        """Jump over steps where nothing can happen: nothing live, in flight or unreported, and
+        the next arrival (or scripted cache reset, or max_steps) still ahead. Such a step only
+        costs the modelled step overhead, which the observer charges for the whole gap."""
+        next_arrival = self.feed.next_arrival_step()
+        if (next_arrival is None or next_arrival <= self._step + 1 or self.scheduler.live
+                or self.scheduler.finished_since_schedule or self.scheduler.deferred_frees
+                or self._pending_output is not None
+                or self.connector.has_pending_work() or self.worker.has_unsubmitted_stores()):
+            return False
+        target = min([next_arrival] + [step for step in self._reset_at if step > self._step]
+                     + ([self.max_steps] if self.max_steps is not None else []))
+        if target <= self._step:
+            return False
+        self.observer.idle_steps(target - self._step)
+        self.watchdog.observe(target - 1, (), self.record.finished_requests, ())  # as the walk's last idle step
+        self._step = self.record.steps = target
+        if self.on_step is not None:
+            self.on_step(self._step, self.record.finished_requests)
+        return True
 
     def _one_step(self) -> None:
         step = self._step
@@ -176,7 +200,7 @@ class Engine:
             self._pending_output = output if scheduled or results else None
         busy = scheduled or plan.load_jobs or plan.store_jobs or results or self.feed.has_pending()
         self._idle_steps = 0 if busy or not (scheduler.waiting or scheduler.kv_holding) else self._idle_steps + 1
-        verdict = self.watchdog.observe(step, scheduled, len(scheduler.finished), scheduler.live)
+        verdict = self.watchdog.observe(step, scheduled, self.record.finished_requests, scheduler.live)
         if verdict is not None:
             self.record.livelock = verdict.as_dict()
             self.record.livelock_message = verdict.describe()
@@ -188,10 +212,18 @@ class Engine:
 
     def _arrive(self, step: int) -> None:
         for spec in self.feed.arrivals(step):
-            live = LiveRequest.create(spec, self.config.block_size, step, self.oracle.offset_of(spec.req_id))
+            live = LiveRequest.create(spec, self.config.block_size, step)
             self.oracle.register(live)
             self.observer.arrived(live)
             self.scheduler.add(live)
+
+    def _finished(self, live: LiveRequest, step: int) -> None:
+        """Memory follows what is live: a finished request's fingerprints go, and so does the
+        request itself unless follow-ups will read it as their parent (continuation metrics)."""
+        self.oracle.release(live)
+        if not self.feed.has_follow_ups(live.req_id):
+            self.scheduler.finished.pop(live.req_id, None)
+        self.feed.parent_finished(live.req_id, step)
 
     def _update_from_output(self, output: StepOutput) -> None:
         self.scheduler.update_from_output(output)

@@ -34,6 +34,10 @@ class ArrivalFeed:
         """Requests still to arrive (follow-ups count once their parent finished)."""
         return bool(self._arrivals)
 
+    def next_arrival_step(self) -> int | None:
+        """The step of the next arrival already known (follow-ups join once their parent finished)."""
+        return self._arrivals[0][0] if self._arrivals else None
+
     def arrivals(self, step: int) -> list[RequestSpec]:
         """The requests arriving at ``step``, in order; their scripted aborts are scheduled."""
         arrived = []
@@ -47,6 +51,10 @@ class ArrivalFeed:
 
     def aborts(self, step: int) -> list[str]:
         return self._aborts.pop(step, [])
+
+    def has_follow_ups(self, req_id: str) -> bool:
+        """Whether follow-ups still wait for ``req_id`` to finish."""
+        return req_id in self._children
 
     def parent_finished(self, parent_id: str, step: int) -> None:
         """Queue the follow-ups of a finished request: each arrives after its think time."""

@@ -30,11 +30,10 @@ class Phase(enum.Enum):
 class LiveRequest:
     spec: RequestSpec
     req: Request
-    # The whole scripted sequence (prompt + every output token). Its slot fingerprints live in
-    # the oracle's arena from ``fp_offset`` on: what the forward writes at each position, and
-    # what a loaded slot must hold.
+    # The whole scripted sequence (prompt + every output token). The oracle keeps its slot
+    # fingerprints while the request lives: what the forward writes at each position, and what
+    # a loaded slot must hold.
     truth: tuple[int, ...]
-    fp_offset: int
     arrival_step: int
     phase: Phase = Phase.WAITING
     blocks: list[BlockId] = field(default_factory=list)
@@ -45,14 +44,12 @@ class LiveRequest:
     spec_steps: int = 0  # decode steps with drafts so far (indexes accept_counts)
     loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings
     last_scheduled_seq: int = 0  # the scheduler's non-empty-step counter when it last ran
-    abort_requested: bool = False
     admitted: bool = False  # the first admission (for hit-rate metrics) happened
 
     @classmethod
-    def create(cls, spec: RequestSpec, block_size: int, arrival_step: int, fp_offset: int) -> "LiveRequest":
+    def create(cls, spec: RequestSpec, block_size: int, arrival_step: int) -> "LiveRequest":
         return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size),
-                   truth=spec.prompt_token_ids + spec.output_token_ids, fp_offset=fp_offset,
-                   arrival_step=arrival_step)
+                   truth=spec.prompt_token_ids + spec.output_token_ids, arrival_step=arrival_step)
 
     @property
     def req_id(self) -> str:

@@ -17,6 +17,9 @@ from kvoffload.engine.cost import HardwareProfile
 from kvoffload.engine.live import LiveRequest
 from kvoffload.engine.record import Continuation, RunRecord
 
+# An idle gap up to this many steps is charged one step at a time (bit-equal to walking it).
+EXACT_IDLE_STEPS = 2**22
+
 
 @dataclass(slots=True)
 class OpenStore:
@@ -146,6 +149,19 @@ class RunObserver:
         return True
 
     # ---- cost model ---------------------------------------------------------------------------
+
+    def idle_steps(self, count: int) -> None:
+        """``count`` steps with nothing scheduled or moved: the step overhead each, added one
+        step at a time as :meth:`model_step` would (the same float sum, so metrics stay bit-equal);
+        beyond EXACT_IDLE_STEPS at once, one multiplication (a gap no workload has, kept finite)."""
+        overhead = self.profile.step_seconds(0, 0, 0, 0)
+        if count > EXACT_IDLE_STEPS:
+            self.record.modeled_seconds += count * overhead
+            return
+        modeled = self.record.modeled_seconds
+        for _ in range(count):
+            modeled += overhead
+        self.record.modeled_seconds = modeled
 
     def model_step(self, scheduled: Sequence, plan: StepPlan) -> None:
         prefill = sum(item.num_tokens for item in scheduled if item.prefill)

@@ -61,22 +61,21 @@ class KVOracle:
         self.tokens_per_chunk = tokens_per_chunk
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
         self._slot_fp = kv.gpu.view(kv.num_gpu_blocks * block_size, kv.slot_bytes).view(torch.int64)[:, 0]
-        # Fingerprints of every request's scripted sequence, side by side (filled on arrival).
-        self._fp_offsets: dict[str, int] = {}
-        total = 0
-        for spec in requests:
-            self._fp_offsets[spec.req_id] = total
-            total += spec.num_prompt_tokens + spec.max_tokens
-        self._fp_arena = np.zeros(total, dtype=np.int64)
-
-    def offset_of(self, req_id: str) -> int:
-        return self._fp_offsets[req_id]
+        # Fingerprints of each live request's scripted sequence (int64 bit patterns), made on
+        # arrival and dropped when it finishes: memory follows what is live, not the workload.
+        self._fp: dict[str, np.ndarray] = {}
 
     def register(self, live) -> None:
         """A request arrived: fingerprint its whole scripted sequence."""
-        offset = live.fp_offset
-        self._fp_arena[offset:offset + len(live.truth)] = prefix_fingerprints(
-            np.asarray(live.truth, dtype=np.int64)).view(np.int64)
+        self._fp[live.req_id] = prefix_fingerprints(np.asarray(live.truth, dtype=np.int64)).view(np.int64)
+
+    def release(self, live) -> None:
+        """A request finished: nothing reads its fingerprints again (loads check only live ones)."""
+        self._fp.pop(live.req_id, None)
+
+    def num_fingerprinted(self) -> int:
+        """Requests whose fingerprints are held (the live ones)."""
+        return len(self._fp)
 
     # ---- the forward ----------------------------------------------------------------------
 
@@ -85,9 +84,9 @@ class KVOracle:
         returns the blocks each request wrote."""
         bs = self.block_size
         small_slots: list[int] = []  # decode-sized writes, computed in Python
-        small_sources: list[int] = []  # their arena indices
+        small_values: list[np.ndarray] = []  # their fingerprints, a slice per request
         big_slots: list[np.ndarray] = []
-        big_sources: list[np.ndarray] = []
+        big_values: list[np.ndarray] = []
         draft_slots: list[int] = []
         draft_values: list[int] = []
         writes: dict[str, set[int]] = {}
@@ -107,18 +106,18 @@ class KVOracle:
                     block = blocks[position // bs]
                     written_blocks.add(block)
                     small_slots.append(block * bs + position % bs)
-                    small_sources.append(live.fp_offset + position)
+                small_values.append(self._fp[live.req_id][start:end])
             else:
                 first, last = start // bs, (end - 1) // bs
                 table = np.asarray(blocks[first:last + 1], dtype=np.int64)
                 positions = np.arange(start, end, dtype=np.int64)
                 big_slots.append(table[positions // bs - first] * bs + positions % bs)
-                big_sources.append(positions + live.fp_offset)
+                big_values.append(self._fp[live.req_id][start:end])
                 written_blocks.update(blocks[first:last + 1])
         if small_slots or big_slots or draft_slots:
             slots = np.concatenate([np.asarray(small_slots + draft_slots, dtype=np.int64), *big_slots])
-            sources = np.concatenate([np.asarray(small_sources, dtype=np.int64), *big_sources])
-            values = self._fp_arena[sources]
+            values = np.concatenate([*small_values, *big_values]) if small_values or big_values \
+                else np.zeros(0, dtype=np.int64)
             if draft_slots:
                 values = np.concatenate([values[:len(small_slots)], np.asarray(draft_values, dtype=np.int64),
                                          values[len(small_slots):]])
@@ -130,13 +129,13 @@ class KVOracle:
         ``start + 1 + j``. Accepted drafts carry the true prefix; from the first rejected one on,
         the slot holds KV of a prefix that never happened."""
         live = item.live
-        arena, base, truth = self._fp_arena, live.fp_offset, live.truth
-        previous = int(arena[base + item.start]) & _MASK
+        fingerprints, truth = self._fp[live.req_id], live.truth
+        previous = int(fingerprints[item.start]) & _MASK
         written = [(item.start, to_signed_int(previous))]
         for j in range(item.num_tokens - 1):
             position = item.start + 1 + j
             if j < item.accepted and position < len(truth):
-                previous = int(arena[base + position]) & _MASK
+                previous = int(fingerprints[position]) & _MASK
             else:
                 wrong = truth[position] + 1 if position < len(truth) else 1
                 previous = extend_fingerprint(previous, wrong)
@@ -179,7 +178,7 @@ class KVOracle:
         blocks = np.asarray(job.gpu_block_ids, dtype=np.int64)
         slots = (blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
         held = self._slot_fp[torch.from_numpy(slots)].numpy()
-        expected = self._fp_arena[live.fp_offset + start:live.fp_offset + end]
+        expected = self._fp[live.req_id][start:end]
         bad = held != expected
         if not bad.any():
             return []

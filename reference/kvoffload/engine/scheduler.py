@@ -73,6 +73,7 @@ class SchedulerModel:
         self.scheduled_seq = 0  # non-empty steps scheduled
         self.processed_seq = 0  # non-empty steps whose output was processed
         self.deferred_frees: deque[tuple[int, list[int]]] = deque()  # (fence, blocks)
+        self.blocks_awaiting_load: dict[str, list[int]] = {}  # aborted while loading: freed when it lands
 
     # ---- arrivals and aborts --------------------------------------------------------------
 
@@ -86,10 +87,9 @@ class SchedulerModel:
         live = self.live.get(req_id)
         if live is None:
             return  # finished before its abort
-        live.abort_requested = True
-        if live.phase is Phase.LOADING:
-            return  # kept until its load lands (vLLM frees it then)
-        self.finish(live, RequestStatus.FINISHED_ABORTED, step)
+        # vLLM's finish_requests: a request whose KV is still loading finishes at once too, but
+        # its blocks stay allocated until the load reports back (delay_free_blocks).
+        self.finish(live, RequestStatus.FINISHED_ABORTED, step, load_in_flight=live.phase is Phase.LOADING)
 
     # ---- schedule ---------------------------------------------------------------------------
 
@@ -341,9 +341,10 @@ class SchedulerModel:
                 self.finish(live, status, step)
 
     def load_landed(self, live: LiveRequest, step: int) -> None:
-        """finished_recving: the request may run after its hit (or finish, if aborted meanwhile)."""
-        if live.abort_requested:
-            self.finish(live, RequestStatus.FINISHED_ABORTED, step)
+        """finished_recving: the request may run after its hit; if it was aborted meanwhile, its
+        blocks are freed now (vLLM's ``_update_from_kv_xfer_finished`` -> ``_free_blocks``)."""
+        if live.phase is Phase.FINISHED:
+            self.pool.free(self.blocks_awaiting_load.pop(live.req_id))
             return
         req = live.req
         # A full hit still recomputes the last token: something must produce the next sample.
@@ -351,7 +352,7 @@ class SchedulerModel:
         live.phase = Phase.LOADED
         req.status = RequestStatus.WAITING
 
-    def finish(self, live: LiveRequest, status: RequestStatus, step: int) -> None:
+    def finish(self, live: LiveRequest, status: RequestStatus, step: int, load_in_flight: bool = False) -> None:
         live.req.status = status
         live.phase = Phase.FINISHED
         if live in self.running:
@@ -362,7 +363,11 @@ class SchedulerModel:
             self.kv_holding.remove(live)
         self.inflight_prefills.pop(live.req_id, None)
         self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
-        self._free_blocks(live)
+        if load_in_flight:  # the load still writes them
+            self.blocks_awaiting_load[live.req_id] = live.blocks
+            live.blocks = []
+        else:
+            self._free_blocks(live)
         del self.live[live.req_id]
         self.finished[live.req_id] = live
         self.finished_since_schedule.append(live.req_id)
@@ -374,7 +379,8 @@ class SchedulerModel:
     def blocks_in_use(self) -> int:
         """Block-table entries of live requests plus blocks whose free is deferred."""
         return (sum(len(live.blocks) for live in self.live.values())
-                + sum(len(blocks) for _, blocks in self.deferred_frees))
+                + sum(len(blocks) for _, blocks in self.deferred_frees)
+                + sum(len(blocks) for blocks in self.blocks_awaiting_load.values()))
 
     def blocks_held_by(self, req_id: str) -> set[int] | tuple:
         owner = self.live.get(req_id)

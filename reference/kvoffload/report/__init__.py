@@ -14,8 +14,11 @@ Draws (module ``figures``, one function per kind):
 (a) the fix ablation per workload: reference vs each fix off vs each vLLM preset, for
     last_block_hit_rate, poisoned_loads, lifecycle_violations, offload_hit_rate;
 (b) hit rate against CPU capacity, from runs that differ only in ``config.cpu_chunks``;
-(c) store submission / visibility delays per run (p50 and p99: the percentiles a result keeps);
-(d) each asv benchmark across commits, per machine.
+(c) store submission / visibility delays per run: the whole distributions where the result
+    files keep them (``distributions``), else their p50 and p99;
+(d) each asv benchmark across commits, every machine in the same panel (module ``history``).
+
+Every chart lists the provenance of its points (result files, commits, machines).
 
 Sections without data are listed under "Not drawn" with the reason. Figures of earlier reports
 in ``out`` (our file-name patterns only) are removed first, so the folder matches its index.
@@ -25,15 +28,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvoffload.report.figures import (
-    FILE_PATTERNS,
-    draw_ablation,
-    draw_asv_history,
-    draw_capacity,
-    draw_store_delays,
-)
+from kvoffload.report.figures import FILE_PATTERNS, draw_ablation, draw_capacity, draw_store_delays
+from kvoffload.report.history import draw_asv_history
 from kvoffload.report.page import Page, write_html, write_markdown
-from kvoffload.report.sources import check_source, find_asv_points, find_runs
+from kvoffload.report.sources import asv_param_names, check_source, find_asv_points, find_runs
 from kvoffload.results import ResultError
 
 
@@ -66,7 +64,7 @@ def draw_report(source: Path, out: Path) -> Path:
     else:
         page.notes.append("fix ablation, capacity and store delays: no run results (kvoffload bench writes them)")
     if points:
-        page.charts += draw_asv_history(points, units, out)
+        page.charts += draw_asv_history(points, units, out, asv_param_names(source / "asv"))
     else:
         page.notes.append(f"asv history: no asv results under {source / 'asv'} "
                           "(asv run --set-commit-hash ... writes them)")

@@ -16,7 +16,7 @@ from typing import Sequence
 from matplotlib.figure import Figure
 
 from kvoffload.metrics import GLOSSARY
-from kvoffload.report.sources import AsvPoint, RunFile
+from kvoffload.report.sources import RunFile
 
 DEFINITIONS = {name: definition for name, _, definition in GLOSSARY}
 ABLATION_METRICS = ("last_block_hit_rate", "poisoned_loads", "lifecycle_violations", "offload_hit_rate")
@@ -35,6 +35,14 @@ class Chart:
     title: str
     filename: str
     caption: str
+    provenance: tuple[tuple[str, ...], ...] = ()  # a header row, then one row per source of its points
+
+
+def run_provenance(runs: Sequence[RunFile]) -> tuple[tuple[str, ...], ...]:
+    """Where each bar or line of a run-result chart comes from: the result file and its commit."""
+    header = ("connector", "cpu_chunks", "result file", "commit")
+    return (header, *((run.label, str(run.config.get("cpu_chunks", "")), str(run.path), run.commit or "unknown")
+                      for run in runs))
 
 
 # ---- grouping and styling -------------------------------------------------------------------
@@ -160,7 +168,8 @@ def draw_ablation(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
         filename = _save(fig, out, f"ablation-{slug(workload)}.png")
         caption = "; ".join(f"{m}: {DEFINITIONS[m]}" for m in ABLATION_METRICS)
-        charts.append(Chart("Fix ablation", f"{workload}: reference vs fixes off vs presets", filename, caption))
+        charts.append(Chart("Fix ablation", f"{workload}: reference vs fixes off vs presets", filename, caption,
+                            run_provenance(chosen)))
     return charts
 
 
@@ -213,14 +222,16 @@ def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
             ax.set_ylim(0, 1.05)
             ax.set_title(f"{metric} (higher is better)", fontsize=10)
             ax.grid(alpha=0.3)
-        axes[0].legend(fontsize=8)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper", fontsize=8)
         fig.suptitle(f"Hit rate against CPU capacity: {workload}", fontsize=12)
         _footer(fig, [run for points in series.values() for run in points], varied=("cpu_chunks",))
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
         filename = _save(fig, out, f"capacity-{slug(workload)}.png")
         charts.append(Chart("Hit rate against CPU capacity", workload, filename,
                             "runs that differ only in config.cpu_chunks; "
-                            + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in CAPACITY_METRICS)))
+                            + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in CAPACITY_METRICS),
+                            run_provenance([run for points in series.values() for run in points])))
     return charts
 
 
@@ -228,97 +239,91 @@ def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
 
 
 def draw_store_delays(runs: Sequence[RunFile], out: Path) -> list[Chart]:
+    """Per workload: the full delay distributions (cumulative) where every run keeps them, else
+    the p50/p99 bars of the percentiles a result always has."""
     charts = []
     for workload, group in by_workload(runs).items():
         chosen = ablation_set(group)
-        fig = Figure(figsize=(max(8.0, 1.6 * len(chosen) * len(DELAY_METRICS)), 4.4), layout="constrained")
-        axes = fig.subplots(1, len(DELAY_METRICS))
-        width = 0.38
-        for ax, metric in zip(axes, DELAY_METRICS):
-            x = list(range(len(chosen)))
-            for offset, (pct, alpha) in zip((-width / 2, width / 2), (("p50", 1.0), ("p99", 0.45))):
-                values = [_number(run.metrics.get(f"{metric}_{pct}")) for run in chosen]
-                bars = ax.bar([i + offset for i in x], [0.0 if v is None else v for v in values], width,
-                              color=[label_color(run.label) for run in chosen], alpha=alpha, label=pct)
-                _bar_labels(ax, bars, values, lambda v: f"{v:g}")
-            ax.set_xticks(x, _tick_labels(chosen), rotation=30, ha="right", fontsize=8)
-            ax.set_ylabel("steps")
-            ax.set_title(f"{metric}: p50 (solid), p99 (light)\n(lower is better)", fontsize=10)
-            top = max([_number(run.metrics.get(f"{metric}_p99")) or 0.0 for run in chosen] + [1.0])
-            ax.set_ylim(0, top * 1.2)
-            ax.grid(axis="y", alpha=0.3)
+        full = all(metric in run.distributions for run in chosen for metric in DELAY_METRICS)
+        fig = _delay_distributions(chosen) if full else _delay_percentiles(chosen)
         fig.suptitle(f"Store delays: {workload}", fontsize=12)
         _footer(fig, chosen)
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
         filename = _save(fig, out, f"store-delays-{slug(workload)}.png")
+        kept = ("the whole distribution of each run (share of stored chunks with a delay of at most x steps)" if full
+                else "p50 and p99 of each run (these result files keep the percentiles only)")
         charts.append(Chart("Store delays", workload, filename,
-                            "p50 and p99 of each run: result files keep these percentiles, not the full "
-                            f"distribution. store_submit_delay_steps: {DEFINITIONS['store_submit_delay_steps_p50']}; "
-                            f"store_visible_delay_steps: {DEFINITIONS['store_visible_delay_steps_p50']}"))
+                            f"{kept}. store_submit_delay_steps: {DEFINITIONS['store_submit_delay_steps_p50']}; "
+                            f"store_visible_delay_steps: {DEFINITIONS['store_visible_delay_steps_p50']}",
+                            run_provenance(chosen)))
     return charts
 
 
-# ---- (d) asv history --------------------------------------------------------------------------
+def _delay_distributions(chosen: Sequence[RunFile]) -> Figure:
+    fig = Figure(figsize=(12.0, 4.6), layout="constrained")
+    axes = fig.subplots(1, len(DELAY_METRICS))
+    colors = distinct_colors([run.label for run in chosen])
+    for ax, metric in zip(axes, DELAY_METRICS):
+        for run in sorted(chosen, key=lambda r: r.label == "reference"):  # the reference drawn last, on top
+            counts = run.distributions[metric]
+            total = sum(counts.values())
+            if not total:
+                continue
+            xs, ys, seen = [], [], 0
+            for steps in sorted(counts):
+                seen += counts[steps]
+                xs.append(steps)
+                ys.append(seen / total)
+            is_reference = run.label == "reference"
+            ax.step(xs, ys, where="post", color=colors[run.label], linewidth=2.4 if is_reference else 1.3,
+                    zorder=4 if is_reference else 2, label=f"{run.label} ({total} chunks)")
+        ax.set_xlabel("delay (engine steps)")
+        ax.set_ylabel("share of stored chunks (cumulative)")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlim(left=-0.5)
+        ax.set_title(f"{metric}\n(left and high is better)", fontsize=10)
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: label_order([r.label for r in chosen]).index(labels[i].split(" (")[0]))
+    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="outside right upper", fontsize=8)
+    return fig
 
 
-def draw_asv_history(points: Sequence[AsvPoint], units: dict[str, str], out: Path) -> list[Chart]:
-    """Per machine and benchmark class: one panel per benchmark, one line per parameter set."""
-    groups: dict[tuple[str, str], list[AsvPoint]] = defaultdict(list)
-    for point in points:
-        groups[(point.machine, point.benchmark.rsplit(".", 1)[0])].append(point)
-    charts = []
-    for (machine, owner), group in sorted(groups.items()):
-        commits = sorted({(p.date, p.commit) for p in group})
-        position = {commit: i for i, (_, commit) in enumerate(commits)}
-        names = sorted({p.benchmark for p in group})
-        envs = {p.env for p in group}
-        param_sets = sorted({p.params for p in group})
-        columns = min(4, len(names))
-        rows = -(-len(names) // columns)
-        fig = Figure(figsize=(4.3 * columns, 3.2 * rows + 0.8), layout="constrained")
-        axes = fig.subplots(rows, columns, squeeze=False).ravel()
-        for ax, name in zip(axes, names):
-            lines: dict[tuple[str, tuple[str, ...]], list[AsvPoint]] = defaultdict(list)
-            for p in group:
-                if p.benchmark == name:
-                    lines[(p.env, p.params)].append(p)
-            for (env, params), line in sorted(lines.items()):
-                line.sort(key=lambda p: position[p.commit])
-                label = ", ".join(params) or name.rsplit(".", 1)[1]
-                if len(envs) > 1:
-                    label += f" [{env}]"
-                ax.plot([position[p.commit] for p in line], [p.value for p in line], marker="o",
-                        markersize=3, label=label, color=_params_color(params, param_sets.index(params)))
-            unit = units.get(name, "")
-            ax.set_title(f"{name.rsplit('.', 1)[1]}\n({unit or 'value'}, lower is better)", fontsize=9)
-            ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=45, ha="right", fontsize=7)
-            ax.grid(alpha=0.3)
-        for ax in axes[len(names):]:
-            ax.set_visible(False)
-        legend: dict[str, object] = {}
-        for ax in axes[:len(names)]:
-            for handle, label in zip(*ax.get_legend_handles_labels()):
-                legend.setdefault(label, handle)
-        if legend:
-            fig.legend(list(legend.values()), list(legend), loc="outside lower center",
-                       ncols=min(6, len(legend)), fontsize=8)
-        fig.suptitle(f"asv history on {machine}: {owner}", fontsize=12)
-        filename = _save(fig, out, f"asv-{slug(machine)}-{slug(owner)}.png")
-        charts.append(Chart("asv history", f"{owner} on {machine}", filename,
-                            f"{len(names)} benchmarks across {len(commits)} commits (ordered by commit date); "
-                            "asv treats every value as lower-is-better"))
-    return charts
+def _delay_percentiles(chosen: Sequence[RunFile]) -> Figure:
+    fig = Figure(figsize=(max(8.0, 1.6 * len(chosen) * len(DELAY_METRICS)), 4.4), layout="constrained")
+    axes = fig.subplots(1, len(DELAY_METRICS))
+    width = 0.38
+    for ax, metric in zip(axes, DELAY_METRICS):
+        x = list(range(len(chosen)))
+        for offset, (pct, alpha) in zip((-width / 2, width / 2), (("p50", 1.0), ("p99", 0.45))):
+            values = [_number(run.metrics.get(f"{metric}_{pct}")) for run in chosen]
+            bars = ax.bar([i + offset for i in x], [0.0 if v is None else v for v in values], width,
+                          color=[label_color(run.label) for run in chosen], alpha=alpha, label=pct)
+            _bar_labels(ax, bars, values, lambda v: f"{v:g}")
+        ax.set_xticks(x, _tick_labels(chosen), rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("steps")
+        ax.set_title(f"{metric}: p50 (solid), p99 (light)\n(lower is better)", fontsize=10)
+        top = max([_number(run.metrics.get(f"{metric}_p99")) or 0.0 for run in chosen] + [1.0])
+        ax.set_ylim(0, top * 1.2)
+        ax.grid(axis="y", alpha=0.3)
+    return fig
 
 
-_CYCLE = ("#8e44ad", "#c0392b", "#16a085", "#d4ac0d", "#7f8c8d", "#2c3e50", "#e67e22", "#27ae60")
-_PRESET_SHADES = {"vllm-0.25": "#1f3f73", "vllm-0.26": "#3b6fb6", "vllm-0.29": "#7fa6dd", "vllm-0.30": "#b7cdee"}
+_FIX_OFF_SHADES = ("#e07b39", "#b5541b", "#f0a470", "#8c3b0d", "#f6c8a4")
+_PRESET_SHADES = ("#1f3f73", "#3b6fb6", "#7fa6dd", "#6a3d9a", "#17becf", "#8c564b")
 
 
-def _params_color(params: tuple[str, ...], index: int) -> str:
-    """A connector parameter keeps the ablation's colours; other parameter sets cycle by index."""
-    for value in params:
-        if value == "reference":
-            return REFERENCE_COLOR
-        if value.startswith("vllm-"):
-            return _PRESET_SHADES.get(value, PRESET_COLOR)
-    return _CYCLE[index % len(_CYCLE)]
+def distinct_colors(labels: Sequence[str]) -> dict[str, str]:
+    """One colour per label: the reference green, fixes off in oranges, presets in blues and
+    further hues, in label order (a line chart needs each line told apart, unlike the bars)."""
+    colors, fix_off, presets, others = {}, 0, 0, 0
+    for label in label_order(labels):
+        if label == "reference":
+            colors[label] = REFERENCE_COLOR
+        elif label.startswith("reference "):
+            colors[label], fix_off = _FIX_OFF_SHADES[fix_off % len(_FIX_OFF_SHADES)], fix_off + 1
+        elif label.startswith("vllm-"):
+            colors[label], presets = _PRESET_SHADES[presets % len(_PRESET_SHADES)], presets + 1
+        else:
+            colors[label], others = OTHER_COLOR, others + 1
+    return colors

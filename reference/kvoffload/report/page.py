@@ -53,7 +53,7 @@ def write_html(page: Page, path: Path) -> None:
              "<style>body{font-family:sans-serif;max-width:1400px;margin:2em auto;padding:0 1em}"
              "img{max-width:100%;border:1px solid #ddd}table{border-collapse:collapse;font-size:0.85em}"
              "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}"
-             "figcaption{color:#444;font-size:0.9em;margin-bottom:2em}</style></head><body>",
+             "figcaption{color:#444;font-size:0.9em}details{margin-bottom:2em;font-size:0.85em}</style></head><body>",
              "<h1>kvoffload-bench report</h1>",
              f"<p>Drawn from result files under <code>{e(str(page.source))}</code>: {len(page.runs)} run results.</p>"]
     for section, charts in page.sections().items():
@@ -62,6 +62,12 @@ def write_html(page: Page, path: Path) -> None:
             parts.append(f"<figure><h3>{e(chart.title)}</h3><a href='{e(chart.filename)}'>"
                          f"<img src='{e(chart.filename)}' alt='{e(chart.title)}'></a>"
                          f"<figcaption>{e(chart.caption)}</figcaption></figure>")
+            if chart.provenance:
+                header, *rows = chart.provenance
+                parts.append(f"<details><summary>Provenance of the points ({len(rows)} sources)</summary><table><tr>"
+                             + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
+                             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+                             + "</table></details>")
     if page.notes:
         parts.append("<h2>Not drawn</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in page.notes) + "</ul>")
     if page.runs:
@@ -82,6 +88,11 @@ def write_markdown(page: Page, path: Path) -> None:
         lines += [f"## {section}", ""]
         for chart in charts:
             lines += [f"### {chart.title}", "", f"![{chart.title}]({chart.filename})", "", chart.caption, ""]
+            if chart.provenance:
+                header, *rows = chart.provenance
+                lines += ["<details><summary>Provenance of the points</summary>", "",
+                          "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                lines += ["| " + " | ".join(row) + " |" for row in rows] + ["", "</details>", ""]
     if page.notes:
         lines += ["## Not drawn", ""] + [f"- {note}" for note in page.notes] + [""]
     if page.runs:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class RunFile:
     metrics: dict[str, Any]
     commit: str | None
     crashed: bool
+    distributions: dict[str, dict[int, int]] = field(default_factory=dict)  # {metric: {steps: chunks}}
 
     @property
     def config_key(self) -> str:
@@ -53,6 +54,8 @@ class AsvPoint:
     commit: str
     date: int  # commit date, ms since the epoch (asv's ordering)
     value: float
+    result_file: str = ""  # the asv result file the value was read from (provenance)
+    version: str | None = None  # the benchmark's version when it was recorded
 
 
 def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
@@ -77,8 +80,22 @@ def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
             metrics=data["metrics"],
             commit=(data.get("provenance") or {}).get("commit"),
             crashed=data.get("error") is not None,
+            distributions=_distributions(data.get("distributions")),
         ))
     return runs, ignored
+
+
+def _distributions(raw: Any) -> dict[str, dict[int, int]]:
+    """A result's ``distributions`` ({metric: {"steps": chunks}}); what is malformed is left out."""
+    found: dict[str, dict[int, int]] = {}
+    if isinstance(raw, dict):
+        for metric, counts in raw.items():
+            if isinstance(counts, dict):
+                try:
+                    found[str(metric)] = {int(k): int(v) for k, v in counts.items()}
+                except (TypeError, ValueError):
+                    continue
+    return found
 
 
 def _claims_run_schema(path: Path) -> bool:
@@ -91,17 +108,43 @@ def _claims_run_schema(path: Path) -> bool:
 
 
 def find_asv_points(asv_dir: Path) -> tuple[list[AsvPoint], dict[str, str]]:
-    """Every numeric value in asv result files under ``asv_dir``, and {benchmark: unit}."""
+    """Every numeric value in asv result files under ``asv_dir``, and {benchmark: unit}.
+
+    As asv's own views do, a value recorded under another ``version`` of its benchmark than the
+    suite's current one (benchmarks.json) is left out: the number meant something else then.
+    """
     if not asv_dir.is_dir():
         return [], {}
     units = _asv_units(asv_dir / "benchmarks.json")
+    current = asv_versions(asv_dir)
     points: list[AsvPoint] = []
     for machine_dir in sorted(p for p in asv_dir.iterdir() if p.is_dir()):
         for path in sorted(machine_dir.glob("*.json")):
             if path.name == "machine.json":
                 continue
-            points.extend(_asv_file_points(path, machine_dir.name))
+            points.extend(p for p in _asv_file_points(path, machine_dir.name)
+                          if p.version is None or current.get(p.benchmark) in (None, p.version))
     return points, units
+
+
+def asv_versions(asv_dir: Path) -> dict[str, str]:
+    """{benchmark: its current version} from ``asv_dir``/benchmarks.json ({} when absent)."""
+    try:
+        data = json.loads((asv_dir / "benchmarks.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: str(entry["version"]) for name, entry in data.items()
+            if isinstance(entry, dict) and entry.get("version") is not None}
+
+
+def asv_param_names(asv_dir: Path) -> dict[str, list[str]]:
+    """{benchmark: its parameter names} from ``asv_dir``/benchmarks.json ({} when absent)."""
+    try:
+        data = json.loads((asv_dir / "benchmarks.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: [str(n) for n in entry.get("param_names") or []]
+            for name, entry in data.items() if isinstance(entry, dict)}
 
 
 def _asv_units(path: Path) -> dict[str, str]:
@@ -120,6 +163,7 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         commit, env = str(data["commit_hash"]), str(data.get("env_name", ""))
         date = int(data.get("date") or 0)
         result_col, params_col = columns.index("result"), columns.index("params")
+        version_col = columns.index("version") if "version" in columns else None
     except (OSError, ValueError, KeyError, TypeError):
         return []  # not an asv result file
     points = []
@@ -127,6 +171,7 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         if not isinstance(row, list) or len(row) <= max(result_col, params_col):
             continue
         values, params = row[result_col], row[params_col] or []
+        version = row[version_col] if version_col is not None and len(row) > version_col else None
         if not isinstance(values, list):
             values = [values]
         combos = list(itertools.product(*params)) if params else [()]
@@ -134,7 +179,8 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 points.append(AsvPoint(machine=machine, env=env, benchmark=benchmark,
                                        params=tuple(_unquote(str(p)) for p in combo), commit=commit,
-                                       date=date, value=float(value)))
+                                       date=date, value=float(value), result_file=str(path),
+                                       version=None if version is None else str(version)))
     return points
 
 

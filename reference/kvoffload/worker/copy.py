@@ -17,17 +17,14 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import numpy as np
-import torch
 
 from kvoffload.core.types import ConfigError, JobId, TransferJob, TransferKind
 from kvoffload.worker.kv import KVCache
 
 Run = tuple[int, int, int]  # (first gpu row, first tier row, number of rows)
 
-# A run at least this large is copied by torch (multi-threaded memcpy); smaller runs go through
-# numpy views, whose per-call overhead is several times lower than a torch op's.
-TORCH_RUN_BYTES = 256 * 1024
-# Up to this many small runs are copied slice by slice; more are gathered and scattered at once.
+# When both sides are scattered, up to this many runs are copied slice by slice (each slice call
+# costs about a microsecond); more are gathered into scratch and scattered (twice the bytes).
 MAX_SLICED_RUNS = 6
 
 
@@ -107,7 +104,24 @@ def plan_copy(kv: KVCache, job: TransferJob, kind: TransferKind) -> BlockCopy:
 
 
 class CpuBlockCopier:
-    """Copies planned rows between the two tiers of a CPU-resident KVCache, synchronously."""
+    """Copies planned rows between the two tiers of a CPU-resident KVCache, synchronously.
+
+    One copy call per job, whatever its shape (``docs/performance.md``):
+
+    - one run of consecutive rows on both sides: one slice assignment;
+    - destination rows consecutive (a store into consecutive chunk slots, a load into consecutive
+      GPU blocks): one gather, ``np.take`` straight into the destination slice;
+    - source rows consecutive: one scatter from the source slice;
+    - both sides scattered: one slice copy per run while there are few runs, else a gather into a
+      scratch array and one scatter (two calls, twice the bytes: the rare case).
+
+    Thread setting, decided: every copy goes through numpy, which copies on the calling thread
+    only (``memmove`` per row) and releases the GIL while it does. torch's ``copy_`` would fan
+    each call out over its intra-op pool and join on a barrier; on a machine whose cores are
+    busy that join costs milliseconds per call whatever its size. A copy here therefore never
+    depends on ``torch.get_num_threads()`` or ``OMP_NUM_THREADS``: one core per direction
+    (the threaded handler has one thread per direction), none borrowed from the engine.
+    """
 
     def __init__(self, kv: KVCache) -> None:
         if kv.is_cuda:
@@ -115,42 +129,39 @@ class CpuBlockCopier:
                 f"CPU copies need the GPU blocks in host memory, got device {str(kv.device)!r}; "
                 "use CudaTransferHandler"
             )
-        self._gpu = kv.gpu
-        self._tier = kv.tier_blocks
-        self._gpu_np = kv.gpu.numpy()
-        self._tier_np = kv.tier_blocks.numpy()
-        self._block_bytes = kv.block_bytes
+        self._gpu = kv.gpu.numpy()
+        self._tier = kv.tier_blocks.numpy()
+        self.copy_calls = 0  # numpy copy calls made, for the one-call-per-job tests
 
     def copy(self, plan: BlockCopy) -> None:
-        runs = plan.runs
-        if self._block_bytes * max(n for _, _, n in runs) >= TORCH_RUN_BYTES:
-            self._copy_runs(plan, self._gpu, self._tier)
-        elif len(runs) <= MAX_SLICED_RUNS:
-            self._copy_runs(plan, self._gpu_np, self._tier_np)
-        else:
-            self._gather_scatter(plan)
-
-    @staticmethod
-    def _copy_runs(plan: BlockCopy, gpu, tier) -> None:
-        """One slice copy per run; ``gpu`` and ``tier`` are both torch tensors or both arrays."""
-        with_torch = isinstance(gpu, torch.Tensor)
-        for g, t, n in plan.runs:
-            if plan.is_store:
-                dst, src = tier[t : t + n], gpu[g : g + n]
-            else:
-                dst, src = gpu[g : g + n], tier[t : t + n]
-            if with_torch:
-                dst.copy_(src)
-            else:
-                dst[...] = src
-
-    def _gather_scatter(self, plan: BlockCopy) -> None:
-        gpu_index = np.array(plan.gpu_rows, dtype=np.int64)
-        tier_index = np.array(plan.tier_rows, dtype=np.int64)
         if plan.is_store:
-            self._tier_np[tier_index] = self._gpu_np[gpu_index]
+            src, dst, src_rows, dst_rows = self._gpu, self._tier, plan.gpu_rows, plan.tier_rows
         else:
-            self._gpu_np[gpu_index] = self._tier_np[tier_index]
+            src, dst, src_rows, dst_rows = self._tier, self._gpu, plan.tier_rows, plan.gpu_rows
+        n = len(src_rows)
+        s0, d0 = src_rows[0], dst_rows[0]
+        self.copy_calls += 1
+        if _consecutive(dst_rows):
+            if _consecutive(src_rows):
+                dst[d0 : d0 + n] = src[s0 : s0 + n]
+            else:  # rows already validated in range: "clip" skips numpy's buffered bounds pass
+                np.take(src, np.array(src_rows, dtype=np.intp), axis=0, out=dst[d0 : d0 + n], mode="clip")
+        elif _consecutive(src_rows):
+            dst[np.array(dst_rows, dtype=np.intp)] = src[s0 : s0 + n]
+        elif len(plan.runs) <= MAX_SLICED_RUNS:
+            self.copy_calls += len(plan.runs) - 1
+            for g, t, count in plan.runs:
+                s, d = (g, t) if plan.is_store else (t, g)
+                dst[d : d + count] = src[s : s + count]
+        else:
+            self.copy_calls += 1
+            dst[np.array(dst_rows, dtype=np.intp)] = src[np.array(src_rows, dtype=np.intp)]
+
+
+def _consecutive(rows: tuple[int, ...]) -> bool:
+    """``rows`` is r, r+1, ..., r+len-1 (so one slice addresses it)."""
+    first = rows[0]
+    return rows[-1] - first == len(rows) - 1 and all(row == first + i for i, row in enumerate(rows))
 
 
 def _tier_rows(slots: tuple[int, ...], bpc: int, skip: int) -> tuple[int, ...]:

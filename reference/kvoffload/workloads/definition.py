@@ -41,6 +41,7 @@ from kvoffload.workloads.registry import (
     in_arrival_order,
 )
 from kvoffload.workloads.schema import TableReader, WorkloadError, fail, require_regular_file
+from kvoffload.workloads.sizing import check_fit, longest, split_sizing, unbounded_lengths
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -108,10 +109,20 @@ class AbortPlan:
 def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workload:
     """Read, override (``--set KEY=VALUE`` strings; ``seed`` reseeds the generator too), generate."""
     definition, source = _resolve(spec)
-    seed, engine = _apply_overrides(definition, overrides or {})
-    check_engine(engine, _settings_source(definition.display, overrides or {}))
+    given = overrides or {}
+    overrides, sizing = split_sizing(given)  # gpu_blocks=auto, cpu_chunks=64GiB / 50%: need the requests
+    seed, engine = _apply_overrides(definition, overrides)
+    where = _settings_source(definition.display, given)
+    check_engine(engine, where)
     ctx = GenerateContext(seed=seed, engine=engine, source=definition.display, base_dir=definition.base_dir,
                           budget=Budget(engine, definition.display))
+    early = getattr(definition.generator, "longest_request", None)
+    if early is not None:  # a trace's lengths alone: size or reject it before building its tokens
+        engine = sizing.resolve_gpu_blocks(engine, *early(ctx), definition.display)
+        check_engine(engine, where)
+    # gpu_blocks=auto without a cheap longest request: lengths are bounded once generated
+    budget_engine = unbounded_lengths(engine) if sizing.gpu_auto and early is None else engine
+    ctx = dataclasses.replace(ctx, engine=engine, budget=Budget(budget_engine, definition.display))
     generated = definition.generator.generate(ctx)
     if not generated:
         raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
@@ -119,7 +130,11 @@ def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workloa
     requests = in_arrival_order(generated)
     if definition.aborts is not None:
         requests = definition.aborts.apply(requests, seed)
-    _check_fit(requests, engine, definition.display)
+    resolved = sizing.resolve(engine, requests)
+    if resolved != engine:
+        check_engine(resolved, where)
+    engine = resolved
+    check_fit(*longest(requests), engine, definition.display)
     return Workload(name=definition.name, description=definition.description, seed=seed, engine=engine,
                     requests=requests, source=source)
 
@@ -137,17 +152,6 @@ def _check_arrivals(requests: list[RequestSpec], display: str) -> None:
         if step > MAX_STEP:
             raise WorkloadError(f"{display}: request {spec.req_id}: expected an arrival step of at most 2**53 "
                                 f"(gaps and think times add up), got {step:,}")
-
-
-def _check_fit(requests: tuple[RequestSpec, ...], engine: EngineConfig, display: str) -> None:
-    """Every request must fit the GPU pool on its own (vLLM rejects what exceeds max_model_len)."""
-    longest = max(requests, key=lambda spec: spec.num_prompt_tokens + spec.max_tokens)
-    tokens = longest.num_prompt_tokens + longest.max_tokens + engine.spec_tokens
-    needed = -(-tokens // engine.block_size) + 1  # + the null block
-    if engine.gpu_blocks < needed:
-        raise WorkloadError(f"{display}: key engine.gpu_blocks: expected at least {needed} (request "
-                            f"{longest.req_id} needs {needed - 1} blocks of {engine.block_size} tokens), "
-                            f"got {engine.gpu_blocks}")
 
 
 def list_workloads() -> list[tuple[str, str]]:

@@ -60,8 +60,10 @@ def check_engine(engine: EngineConfig, where: str) -> None:
     cpu = engine.cpu_chunks * engine.tokens_per_chunk * engine.slot_bytes
     memory = physical_memory()
     if memory is not None and gpu + cpu > memory:
-        raise WorkloadError(f"{where}: gpu_blocks {engine.gpu_blocks:,} and cpu_chunks {engine.cpu_chunks:,} "
-                            f"need {_gib(gpu + cpu)} for the KV tiers; this machine has {_gib(memory)}")
+        raise WorkloadError(f"{where}: the KV tiers (gpu_blocks {engine.gpu_blocks:,} and cpu_chunks "
+                            f"{engine.cpu_chunks:,} x blocks_per_chunk {engine.blocks_per_chunk:,}, blocks of "
+                            f"block_size {engine.block_size:,} x slot_bytes {engine.slot_bytes:,}) need "
+                            f"{_gib(gpu + cpu)}; this machine has {_gib(memory)}")
 
 
 def physical_memory() -> int | None:
@@ -106,17 +108,21 @@ class Budget:
                                 f"(10**7; the workload must fit memory)")
 
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_STRING = re.compile(rb'"[^"]*"')
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
 
 
 def json_depth_at_most(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether no bracket of ``data`` (JSON text, strings skipped) nests deeper than ``limit``.
 
-    A scan for brackets only: fast on large files, and safe on input no parser should see."""
+    A scan for brackets only, in C-speed passes, safe on input no parser should see: escape pairs
+    go first (a backslash always starts one, so removing ``\\\\`` then ``\\"`` left to right
+    leaves only the quotes that delimit strings), then everything but quotes and brackets, then
+    the strings; what is left is the bracket sequence."""
     if data.count(b"[") + data.count(b"{") <= limit:  # cannot be deeper than its openers
         return True
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    structure = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    brackets = _STRING.sub(b"", structure)
     import numpy as np
 
     steps = np.frombuffer(brackets, dtype=np.uint8)

@@ -71,6 +71,13 @@ class MooncakeTrace:
             max_requests=table.optional_integer("max_requests", minimum=1),
         )
 
+    def longest_request(self, ctx: GenerateContext) -> tuple[str, int, int]:
+        """("line N", prompt tokens, output tokens) of the longest request, from the lengths alone."""
+        path = ctx.base_dir / self.path
+        lines = read_mooncake_trace(path, display=str(path), limit=self.max_requests)
+        line = max(lines, key=lambda line: line.input_length + line.output_length)
+        return f"line {line.line}", line.input_length, line.output_length
+
     def generate(self, ctx: GenerateContext) -> list[RequestSpec]:
         path = ctx.base_dir / self.path
         lines = read_mooncake_trace(path, display=str(path), limit=self.max_requests)

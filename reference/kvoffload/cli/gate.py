@@ -1,0 +1,31 @@
+"""``kvoffload gate``: this tree's deterministic metrics against the committed baseline.
+
+The rules live in ``kvoffload.gate``; this module only parses the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvoffload.cli.flags import Once, OnceTrue
+
+
+def register(sub) -> None:
+    gate = sub.add_parser("gate", help="this tree's metrics against the committed baseline (regression gate)")
+    gate.add_argument("--baseline", action=Once, metavar="FILE|REF",
+                      help="baseline file, or a git ref holding results/gate/baseline.json (default: that "
+                           "file in this tree; with --update, the file to write)")
+    gate.add_argument("--update", action=OnceTrue, help="rewrite the baseline from this tree instead")
+    gate.add_argument("--strict", action=OnceTrue, help="measured numbers beyond their factor fail too")
+    gate.add_argument("--machine", action=Once,
+                      help="this machine's name for measured numbers (default $KVOFFLOAD_MACHINE, else the host name)")
+    gate.add_argument("--repeats", action=Once, type=int, default=1,
+                      help="replays per run (the committed baseline uses 3 to measure the spread)")
+    gate.set_defaults(handler=_cmd_gate)
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    from kvoffload.gate import run_gate
+
+    return run_gate(baseline=args.baseline, update=args.update, strict=args.strict, machine=args.machine,
+                    repeats=args.repeats)

@@ -1,0 +1,159 @@
+"""Building the pieces of a vLLM replay: config, scheduler, KV caches, the worker connector.
+
+Everything is vLLM 0.32's own code: ``VllmConfig`` over the tiny model config shipped next to
+this file (``tiny_llama/config.json``: a 2-layer Llama shape, no weights, no hub), the real
+``Scheduler`` or ``AsyncScheduler`` (``vllm/v1/core/sched/``), the KV cache config and tensors
+laid out by vLLM's allocator (``get_kv_cache_config_from_groups``, ``allocate_kv_cache``), and
+the connector built for both roles by vLLM's ``KVConnectorFactory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+    set_current_vllm_config,
+)
+from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
+from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.worker.utils import allocate_kv_cache
+
+from kvoffload.core.types import ConfigError
+from kvoffload.engine.config import EngineConfig
+
+TINY_MODEL_DIR = Path(__file__).with_name("tiny_llama")
+# The KV shape of tiny_llama/config.json (a test checks the two agree).
+NUM_LAYERS, NUM_KV_HEADS, HEAD_SIZE = 2, 2, 64
+KV_DTYPE = torch.bfloat16
+LAYER_NAMES = tuple(f"model.layers.{i}.self_attn.attn" for i in range(NUM_LAYERS))
+# vLLM's default layout for its stock connector (OffloadingConnector.get_required_kvcache_layout).
+DEFAULT_LAYOUT = "LBHNC"
+# CPUOffloadingSpec rounds each chunk up to a page (BLOCK_SIZE_ALIGNMENT, vllm/v1/kv_offload/cpu/spec.py).
+HOST_PAGE = 4096
+
+STOCK = "stock"
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class ConnectorLoad:
+    """How vLLM loads the connector under test: ``stock`` (vLLM's OffloadingConnector with the
+    torch-copy spec), ``reference`` (``kvoffload.vllm.connector``) or ``MODULE:CLASS`` (any
+    connector class; it receives the reference connector's options)."""
+
+    source: str
+    preset: str | None = None
+    disabled: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.source not in (STOCK, REFERENCE):
+            module, sep, name = self.source.partition(":")
+            if not sep or not module or not name.isidentifier():
+                raise ConfigError(f"--connector expects stock, reference or MODULE:CLASS, got {self.source!r}")
+        if self.source == STOCK and (self.preset or self.disabled):
+            raise ConfigError("presets and disabled fixes apply to the reference connector, not to stock")
+
+    def transfer_config(self, engine: EngineConfig, transfer: str) -> KVTransferConfig:
+        common = {"blocks_per_chunk": engine.blocks_per_chunk, "offload_prompt_only": engine.offload_prompt_only,
+                  "transfer": transfer, "completion_steps": engine.store_completion_steps}
+        if self.source == STOCK:
+            from kvoffload.vllm.stock import SPEC_MODULE, SPEC_NAME
+
+            chunk_bytes = chunk_bytes_on_host(engine)
+            extra = {**common, "cpu_bytes_to_use": engine.cpu_chunks * chunk_bytes,
+                     "spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE}
+            return KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
+                                    kv_connector_extra_config=extra)
+        extra = {**common, "cpu_chunks": engine.cpu_chunks}
+        if self.preset:
+            extra["preset"] = self.preset
+        if self.disabled:
+            extra["disable_fixes"] = list(self.disabled)
+        if self.source == REFERENCE:
+            module, name = "kvoffload.vllm.connector", "KVOffloadConnector"
+        else:
+            module, _, name = self.source.partition(":")
+        return KVTransferConfig(kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
+                                kv_connector_extra_config=extra)
+
+
+def block_bytes(block_size: int) -> int:
+    """KV bytes of one GPU block, all layers (K and V)."""
+    return NUM_LAYERS * 2 * NUM_KV_HEADS * HEAD_SIZE * KV_DTYPE.itemsize * block_size
+
+
+def chunk_bytes_on_host(engine: EngineConfig) -> int:
+    raw = block_bytes(engine.block_size) * engine.blocks_per_chunk
+    return -(-raw // HOST_PAGE) * HOST_PAGE
+
+
+def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int) -> VllmConfig:
+    try:
+        connector_class = KVConnectorFactory.get_connector_class(transfer_config)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"cannot load connector {transfer_config.kv_connector!r} from "
+                          f"{transfer_config.kv_connector_module_path or 'vLLM'}: {error}") from None
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
+        max_model_len=max_model_len,
+        enable_chunked_prefill=True, is_encoder_decoder=False)
+    model_config = ModelConfig(model=str(TINY_MODEL_DIR), dtype="bfloat16", seed=engine.seed,
+                               skip_tokenizer_init=True, max_model_len=max_model_len)
+    speculative = None
+    if engine.spec_tokens:
+        # ngram proposes without a draft model; the harness supplies the drafts itself.
+        speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=engine.spec_tokens,
+                                        prompt_lookup_max=2, prompt_lookup_min=1)
+    config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
+                        cache_config=CacheConfig(block_size=engine.block_size, enable_prefix_caching=True),
+                        device_config=DeviceConfig("cpu"), kv_transfer_config=transfer_config,
+                        speculative_config=speculative)
+    config.scheduler_config.async_scheduling = engine.scheduling == "async"
+    config.cache_config.num_gpu_blocks = engine.gpu_blocks
+    config.cache_config.num_gpu_blocks_override = engine.gpu_blocks
+    layout = connector_class.get_required_kvcache_layout(config) or DEFAULT_LAYOUT
+    config.cache_config.kv_cache_layout = layout
+    return config
+
+
+def build_kv_cache_config(config: VllmConfig, engine: EngineConfig):
+    spec = FullAttentionSpec(block_size=engine.block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
+                             dtype=KV_DTYPE)
+    groups = [KVCacheGroupSpec(list(LAYER_NAMES), spec)]
+    kv_cache_config = get_kv_cache_config_from_groups(config, groups, block_bytes(engine.block_size) * engine.gpu_blocks)
+    if kv_cache_config.num_blocks != engine.gpu_blocks:
+        raise ConfigError(f"vLLM laid out {kv_cache_config.num_blocks} GPU blocks, wanted {engine.gpu_blocks}")
+    return kv_cache_config
+
+
+def build_scheduler(config: VllmConfig, kv_cache_config):
+    cls = AsyncScheduler if config.scheduler_config.async_scheduling else Scheduler
+    with set_current_vllm_config(config):
+        return cls(vllm_config=config, kv_cache_config=kv_cache_config, log_stats=True,
+                   structured_output_manager=StructuredOutputManager(config),
+                   block_size=config.cache_config.block_size)
+
+
+def build_worker_side(config: VllmConfig, kv_cache_config):
+    """vLLM's paged KV tensors (one buffer, a strided view per layer) and the connector's
+    worker role registered on them, as ``GPUModelRunner.initialize_kv_cache`` does."""
+    layout = config.cache_config.get_resolved_kv_cache_layout()
+    kv_caches = allocate_kv_cache(kv_cache_config, torch.device("cpu"), layout)
+    with set_current_vllm_config(config):
+        connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
+        connector.register_kv_caches(kv_caches)
+    return kv_caches, connector

@@ -1,0 +1,240 @@
+"""The reference connector as a vLLM V1 KV connector (scheduler and worker roles).
+
+Load it into vLLM 0.32 with::
+
+    KVTransferConfig(kv_connector="KVOffloadConnector",
+                     kv_connector_module_path="kvoffload.vllm.connector",
+                     kv_role="kv_both",
+                     kv_connector_extra_config={"cpu_bytes_to_use": 1 << 30, "blocks_per_chunk": 2})
+
+vLLM's ``KVConnectorFactory`` imports the module and builds the class once per role
+(``vllm/distributed/kv_transfer/kv_connector/factory.py``). The scheduler role runs
+``kvoffload.core``'s ``ReferenceConnectorScheduler``; the worker role runs
+``kvoffload.worker``'s ``WorkerConnector`` over vLLM's own KV cache tensors, copying with the
+project's CUDA handler on CUDA and its threaded torch handler on the CPU. Options
+(``kv_connector_extra_config``, see :class:`ConnectorOptions`) follow vLLM's
+``OffloadingConnector`` where both have them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
+
+from kvoffload.core.fixes import Fixes
+from kvoffload.core.scheduler import ReferenceConnectorScheduler
+from kvoffload.core.types import ConfigError, ConnectorConfig, TransferResult
+from kvoffload.vllm.adapters import (
+    CompletedJobsMetadata,
+    StepPlanMetadata,
+    VllmRequestView,
+    project_scheduler_output,
+)
+from kvoffload.vllm.regions import TRANSFER_KINDS, block_regions, make_handler
+from kvoffload.worker.connector import WorkerConnector
+
+_KNOWN_OPTIONS = ("cpu_bytes_to_use", "cpu_chunks", "block_size", "blocks_per_chunk", "offload_prompt_only",
+                  "preset", "disable_fixes", "transfer", "completion_steps")
+
+
+@dataclass(frozen=True)
+class ConnectorOptions:
+    """``kv_connector_extra_config``, checked.
+
+    - capacity: ``cpu_bytes_to_use`` (bytes, as vLLM's OffloadingConnector) or ``cpu_chunks``;
+    - chunk size: ``block_size`` (tokens, a multiple of the GPU block size) or
+      ``blocks_per_chunk`` (default 1), not both;
+    - ``offload_prompt_only``: default True, as vLLM's;
+    - ``preset`` (a vLLM release the reference imitates) and ``disable_fixes`` (fix names);
+    - ``transfer``: ``auto`` (CUDA handler on CUDA, threaded on CPU), ``threaded``, ``cuda``, or
+      ``stepped`` (deterministic; copies when the driver calls ``copy_submitted``) with
+      ``completion_steps``.
+    """
+
+    cpu_bytes_to_use: int | None
+    cpu_chunks: int | None
+    blocks_per_chunk: int
+    offload_prompt_only: bool
+    fixes: Fixes
+    transfer: str
+    completion_steps: int
+
+    @classmethod
+    def parse(cls, extra: Mapping[str, Any], gpu_block_size: int) -> "ConnectorOptions":
+        unknown = sorted(set(extra) - set(_KNOWN_OPTIONS))
+        if unknown:
+            raise ConfigError(f"unknown KVOffloadConnector option {unknown[0]!r} (known: {', '.join(_KNOWN_OPTIONS)})")
+        cpu_bytes, cpu_chunks = extra.get("cpu_bytes_to_use"), extra.get("cpu_chunks")
+        if (cpu_bytes is None) == (cpu_chunks is None):
+            raise ConfigError("give exactly one of cpu_bytes_to_use and cpu_chunks")
+        for name, value in (("cpu_bytes_to_use", cpu_bytes), ("cpu_chunks", cpu_chunks)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if "block_size" in extra and "blocks_per_chunk" in extra:
+            raise ConfigError("give block_size or blocks_per_chunk, not both")
+        if "block_size" in extra:
+            tokens = extra["block_size"]
+            if not isinstance(tokens, int) or tokens < 1 or tokens % gpu_block_size:
+                raise ConfigError(f"block_size must be a multiple of the GPU block size {gpu_block_size}, "
+                                  f"got {tokens!r}")
+            bpc = tokens // gpu_block_size
+        else:
+            bpc = extra.get("blocks_per_chunk", 1)
+            if not isinstance(bpc, int) or isinstance(bpc, bool) or bpc < 1:
+                raise ConfigError(f"blocks_per_chunk must be a positive integer, got {bpc!r}")
+        prompt_only = extra.get("offload_prompt_only", True)
+        if not isinstance(prompt_only, bool):
+            raise ConfigError(f"offload_prompt_only must be true or false, got {prompt_only!r}")
+        preset = extra.get("preset")
+        fixes = Fixes.preset(preset) if preset else Fixes()
+        disabled = extra.get("disable_fixes", ())
+        if isinstance(disabled, str):
+            disabled = (disabled,)
+        fixes = fixes.without(*disabled)
+        transfer = extra.get("transfer", "auto")
+        if transfer not in TRANSFER_KINDS:
+            raise ConfigError(f"transfer must be one of {', '.join(TRANSFER_KINDS)}, got {transfer!r}")
+        steps = extra.get("completion_steps", 1)
+        if not isinstance(steps, int) or steps < 0:
+            raise ConfigError(f"completion_steps must be an integer >= 0, got {steps!r}")
+        return cls(cpu_bytes, cpu_chunks, bpc, prompt_only, fixes, transfer, steps)
+
+    def num_chunks(self, bytes_per_block: int) -> int:
+        if self.cpu_chunks is not None:
+            return self.cpu_chunks
+        chunks = self.cpu_bytes_to_use // (bytes_per_block * self.blocks_per_chunk)
+        if chunks < 1:
+            raise ConfigError(f"cpu_bytes_to_use={self.cpu_bytes_to_use} holds no chunk of "
+                              f"{bytes_per_block * self.blocks_per_chunk} bytes")
+        return chunks
+
+
+def _single_group(kv_cache_config):
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise ConfigError(f"KVOffloadConnector supports one KV cache group, the model has {len(groups)}")
+    return groups[0]
+
+
+class KVOffloadConnector(KVConnectorBase_V1):
+    """The reference connector behind vLLM's V1 connector API (``kv_connector/v1/base.py``)."""
+
+    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        if kv_cache_config is None:
+            raise ConfigError("KVOffloadConnector needs vLLM's kv_cache_config")
+        group = _single_group(kv_cache_config)
+        extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
+        gpu_block_size = group.kv_cache_spec.block_size
+        self.options = ConnectorOptions.parse(extra, gpu_block_size)
+        bytes_per_block = group.kv_cache_spec.page_size_bytes * len(group.layer_names)
+        self.config = ConnectorConfig(
+            block_size=gpu_block_size, blocks_per_chunk=self.options.blocks_per_chunk,
+            cpu_chunks=self.options.num_chunks(bytes_per_block),
+            offload_prompt_only=self.options.offload_prompt_only,
+            num_workers=vllm_config.parallel_config.world_size)
+        self._num_blocks = kv_cache_config.num_blocks
+        self.core: ReferenceConnectorScheduler | None = None
+        self.worker: WorkerConnector | None = None
+        self.fixes = self.choose_fixes(self.options.fixes)
+        if role == KVConnectorRole.SCHEDULER:
+            self.core = ReferenceConnectorScheduler(self.config, self.fixes)
+        self._views: dict[str, VllmRequestView] = {}
+        self._step = 0
+        self._load_owner: dict[int, str] = {}  # load job id -> request, until reported
+        self._completed: list[TransferResult] = []
+
+    def choose_fixes(self, configured: Fixes) -> Fixes:
+        """The fix flags both roles run with; a subclass may change them (tests plant bugs so)."""
+        return configured
+
+    # ---- scheduler role -------------------------------------------------------------------
+
+    def _view(self, request) -> VllmRequestView:
+        view = self._views.get(request.request_id)
+        if view is None:
+            view = self._views[request.request_id] = VllmRequestView(request)
+        return view
+
+    def on_new_request(self, request) -> None:
+        self.core.on_new_request(self._view(request))
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int) -> tuple[int | None, bool]:
+        return self.core.get_num_new_matched_tokens(self._view(request), num_computed_tokens)
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        block_ids = blocks.get_block_ids()[0] if num_external_tokens else ()
+        self.core.update_state_after_alloc(self._view(request), block_ids, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output) -> StepPlanMetadata:
+        plan = self.core.build_connector_meta(project_scheduler_output(scheduler_output, self._step))
+        self._step += 1
+        return StepPlanMetadata(plan)
+
+    def update_connector_output(self, connector_output) -> None:
+        meta = connector_output.kv_connector_worker_meta
+        if meta is not None:
+            self.core.update_connector_output(meta.results)
+
+    def request_finished(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        # Blocks are freed at once: a pending store that reads them is fenced, never delayed.
+        self.core.request_finished(self._view(request), tuple(block_ids))
+        self._views.pop(request.request_id, None)
+        return False, None
+
+    def has_pending_push_work(self) -> bool:
+        return self.core.has_pending_work()
+
+    def reset_cache(self) -> bool:
+        return self.core.reset_cache()
+
+    def take_events(self):
+        return ()
+
+    # ---- worker role ----------------------------------------------------------------------
+
+    def register_kv_caches(self, kv_caches) -> None:
+        regions = block_regions(kv_caches, self._num_blocks)
+        handler = make_handler(regions, self.config.block_size, self.config.cpu_chunks,
+                               self.config.blocks_per_chunk, self.options.transfer, self.options.completion_steps)
+        self.worker = WorkerConnector(handler, self.fixes)
+
+    def handle_preemptions(self, kv_connector_metadata: StepPlanMetadata) -> None:
+        self.worker.handle_preemptions(kv_connector_metadata.plan)
+
+    def start_load_kv(self, forward_context, **kwargs) -> None:
+        plan = self._get_connector_metadata().plan
+        for job in plan.load_jobs:
+            self._load_owner[job.job_id] = job.req_id
+        self.worker.start_loads(plan)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        pass  # loads are asynchronous: a loading request is not in the batch
+
+    def save_kv_layer(self, layer_name: str, kv_layer, attn_metadata, **kwargs) -> None:
+        pass  # stores are whole-block copies planned by the scheduler side
+
+    def wait_for_save(self) -> None:
+        pass  # the plan's stores are queued by get_finished, submitted at the next step's start
+
+    def copy_submitted(self) -> None:
+        """Run the copies a ``stepped`` handler holds (a replay driver calls it after the forward)."""
+        self.worker.handler.run_submitted()
+
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        results = self.worker.get_finished()
+        self._completed.extend(results)
+        loaded = {self._load_owner.pop(r.job_id) for r in results if r.job_id in self._load_owner}
+        return None, loaded or None
+
+    def build_connector_worker_meta(self) -> CompletedJobsMetadata | None:
+        if not self._completed:
+            return None
+        meta, self._completed = CompletedJobsMetadata(self._completed), []
+        return meta
+
+    def shutdown(self) -> None:
+        if self.worker is not None:
+            self.worker.shutdown()

@@ -1,0 +1,143 @@
+"""The fake model runner: what a GPU worker does in one step, with the forward replaced by the
+KV content oracle's writes.
+
+Per step, in ``GPUModelRunner.execute_model``'s order (vLLM 0.32,
+``vllm/v1/worker/gpu_model_runner.py`` and ``kv_connector_model_runner_mixin.py``)::
+
+    handle_preemptions(meta)                 before the batch is updated
+    bind_connector_metadata(meta)
+    forward: write the fingerprint of every scheduled position (drafts too) into every layer
+    start_load_kv                            after the forward (no synchronous loads)
+    wait_for_save, [stepped handlers copy now], get_finished, build_connector_worker_meta
+    clear_connector_metadata
+
+The fingerprint of position p is the oracle's hash of the token prefix up to p
+(``kvoffload.engine.oracle``). It goes into the first 8 bytes of head 0's slot of p in each
+layer's paged view, wherever the layout puts that. A rejected draft's slot gets the fingerprint of
+a prefix that never happened, exactly as a real forward would leave it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kvoffload.engine.oracle import extend_fingerprint, prefix_fingerprints, to_signed_int
+
+_U64 = (1 << 64) - 1
+
+
+class FingerprintCells:
+    """Where position ``n`` of block ``b`` keeps its fingerprint, per layer: an index into the
+    KV buffer seen as int64 (all layers share vLLM's one backing allocation)."""
+
+    def __init__(self, kv_caches: dict[str, torch.Tensor]):
+        views = list(kv_caches.values())
+        storage = views[0].untyped_storage()
+        self.words = torch.empty(0, dtype=torch.int64).set_(storage)
+        self._base, self._block, self._slot = [], [], []
+        for view in views:
+            if view.untyped_storage().data_ptr() != storage.data_ptr():
+                raise ValueError("KV cache views do not share one buffer")
+            elem = view.element_size()
+            for stride in (view.storage_offset() * elem, view.stride(0) * elem, view.stride(2) * elem):
+                if stride % 8:
+                    raise ValueError("a KV slot is not 8-byte aligned")
+            self._base.append(view.storage_offset() * elem // 8)
+            self._block.append(view.stride(0) * elem // 8)
+            self._slot.append(view.stride(2) * elem // 8)
+
+    def index(self, blocks: np.ndarray, offsets: np.ndarray) -> torch.Tensor:
+        """Word indices of the given slots in every layer, layer after layer."""
+        parts = [base + blocks * block + offsets * slot
+                 for base, block, slot in zip(self._base, self._block, self._slot)]
+        return torch.from_numpy(np.concatenate(parts))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._base)
+
+
+class ScriptedSequence:
+    """One request's whole scripted token sequence and the fingerprint of every prefix."""
+
+    __slots__ = ("truth", "fingerprints")
+
+    def __init__(self, truth: tuple[int, ...]):
+        self.truth = truth
+        self.fingerprints = prefix_fingerprints(np.asarray(truth, dtype=np.int64)).view(np.int64)
+
+    def written(self, start: int, count: int) -> np.ndarray:
+        """What a forward writes at positions [start, start + count): the true prefixes, and past
+        the script (async: the step scheduled after an EOS) prefixes that never happened."""
+        inside = self.fingerprints[start:start + count]
+        if len(inside) == count:
+            return inside
+        past = self.draft_fingerprints(len(self.truth) - 1, start + count - len(self.truth), 0)
+        return np.concatenate([inside, np.asarray(past[len(past) - (count - len(inside)):], dtype=np.int64)])
+
+    def draft_fingerprints(self, start: int, num_drafts: int, accepted: int) -> list[int]:
+        """Fingerprints of positions start+1 .. start+num_drafts: the true prefix while drafts
+        are accepted, a diverging one from the first rejected draft on."""
+        previous = int(self.fingerprints[start]) & _U64
+        values = []
+        for j in range(num_drafts):
+            position = start + 1 + j
+            if j < accepted and position < len(self.truth):
+                previous = int(self.fingerprints[position]) & _U64
+            else:
+                wrong = self.truth[position] + 1 if position < len(self.truth) else 1
+                previous = extend_fingerprint(previous, wrong)
+            values.append(to_signed_int(previous))
+        return values
+
+
+class BlockTables:
+    """The worker's copy of every scheduled request's block table, kept from the scheduler's
+    outputs as ``GPUModelRunner._update_states`` keeps its input batch."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, list[int]] = {}
+
+    def update(self, scheduler_output) -> dict[str, int]:
+        """Apply one output; return each scheduled request's num_computed_tokens."""
+        for req_id in scheduler_output.finished_req_ids or ():
+            self.tables.pop(req_id, None)
+        for req_id in scheduler_output.preempted_req_ids or ():
+            self.tables.pop(req_id, None)
+        computed: dict[str, int] = {}
+        for new in scheduler_output.scheduled_new_reqs:
+            self.tables[new.req_id] = list(new.block_ids[0])
+            computed[new.req_id] = new.num_computed_tokens
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            groups = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids:
+                self.tables[req_id] = list(groups[0]) if groups else []
+            elif groups:
+                self.tables.setdefault(req_id, []).extend(groups[0])
+            computed[req_id] = cached.num_computed_tokens[i]
+        return computed
+
+
+def write_positions(cells: FingerprintCells, writes: list[tuple[list[int], int, np.ndarray]], block_size: int) -> None:
+    """``writes``: (block table, first position, fingerprints of the positions from there on)."""
+    if not writes:
+        return
+    blocks, offsets, values = [], [], []
+    for table, start, fingerprints in writes:
+        positions = np.arange(start, start + len(fingerprints), dtype=np.int64)
+        table_array = np.asarray(table, dtype=np.int64)
+        blocks.append(table_array[positions // block_size])
+        offsets.append(positions % block_size)
+        values.append(fingerprints)
+    index = cells.index(np.concatenate(blocks), np.concatenate(offsets))
+    cells.words[index] = torch.from_numpy(np.tile(np.concatenate(values), cells.num_layers))
+
+
+def read_positions(cells: FingerprintCells, table: list[int], start: int, end: int, block_size: int) -> np.ndarray:
+    """Fingerprints held at positions [start, end) of a request: [layers, positions]."""
+    positions = np.arange(start, end, dtype=np.int64)
+    blocks = np.asarray(table, dtype=np.int64)[positions // block_size]
+    held = cells.words[cells.index(blocks, positions % block_size)].numpy()
+    return held.reshape(cells.num_layers, end - start)

@@ -1,0 +1,341 @@
+"""The ``vllm-scheduler`` engine: a workload replayed through vLLM's own scheduler.
+
+vLLM 0.32's ``Scheduler`` (sync) or ``AsyncScheduler`` (async) decides everything a scheduler
+decides: admission, GPU prefix-cache hits, block allocation, preemption, when requests finish.
+The connector under test runs both roles as vLLM builds them; its worker side copies between
+vLLM's paged KV tensors and its host tier. Only the model is fake (``model.py``): it writes the
+oracle's fingerprints and samples the workload's scripted tokens.
+
+Step order, as ``EngineCore.step`` (sync) and ``step_with_batch_queue`` (async) run it::
+
+    arrivals (add_request), scripted aborts (finish_requests), schedule()
+    execute: worker connector calls around the fingerprint writes (model.py)
+    sync:  update_from_output(this step), then the drafts of the next step
+    async: update_from_output(the previous step)
+
+Arrivals, follow-ups and aborts follow the simulator's rules (``kvoffload.engine``): a follow-up
+arrives ``think_steps`` steps after the step that finished its parent.
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import time
+from collections import defaultdict
+
+import numpy as np
+from vllm import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.request import Request, RequestStatus
+
+from kvoffload.core.types import ConfigError
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for both engines
+from kvoffload.engine.record import PoisonedLoad, RunRecord
+from kvoffload.vllm.build import (
+    ConnectorLoad,
+    build_kv_cache_config,
+    build_scheduler,
+    build_vllm_config,
+    build_worker_side,
+)
+from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, read_positions, write_positions
+from kvoffload.vllm.observe import AdmissionLedger, timed_methods
+from kvoffload.workloads.tokens import EOS_ID
+
+EOS_SLACK = 8  # an EOS answer may run this much longer: the scheduler must not know its length
+FILLER_TOKEN = 17  # sampled past the script (async: the step scheduled after an EOS)
+SCHEDULER_CALLS = ("on_new_request", "get_num_new_matched_tokens", "update_state_after_alloc",
+                   "build_connector_meta", "update_connector_output", "request_finished", "has_pending_push_work",
+                   "take_events", "get_kv_connector_stats")
+WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv", "wait_for_save", "get_finished",
+                "build_connector_worker_meta", "clear_connector_metadata")
+# What this engine cannot see from outside the connector (absent from its metrics, not zero).
+# The stuck_requests watchdog is this engine's own (no progress for STUCK_AFTER_STEPS steps);
+# the simulator's cycle detector (livelock) and invariant checks run inside its engine only.
+UNMEASURED = ("fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
+              "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
+              "livelock", "invariant_violations")
+
+
+class VllmSchedulerReplay:
+    def __init__(self, requests, engine: EngineConfig, load: ConnectorLoad, *, transfer: str = "stepped",
+                 on_step=None, max_steps: int | None = None):
+        self.engine = engine
+        self.load = load
+        self.on_step = on_step
+        self.max_steps = max_steps
+        self.specs = {spec.req_id: spec for spec in requests}
+        if len(self.specs) != len(requests):
+            raise ConfigError("request ids must be unique")
+        longest = max(spec.num_prompt_tokens + spec.max_tokens + EOS_SLACK for spec in requests)
+        self.config = build_vllm_config(engine, load.transfer_config(engine, transfer),
+                                        longest + engine.spec_tokens + engine.block_size)
+        kv_cache_config = build_kv_cache_config(self.config, engine)
+        self.scheduler = build_scheduler(self.config, kv_cache_config)
+        self.kv_caches, self.worker = build_worker_side(self.config, kv_cache_config)
+        self.cells = FingerprintCells(self.kv_caches)
+        self.tables = BlockTables()
+        self.record = RunRecord()
+        self.rng = random.Random(engine.seed)
+        self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.specs)
+        self._timings = defaultdict(float)
+        connector = self.scheduler.connector
+        timed_methods(connector, SCHEDULER_CALLS, self._timings)
+        timed_methods(self.worker, WORKER_CALLS, self._timings)
+        self.ledger.attach(connector)  # outside the timing: its own cost is not the connector's
+        init_none_hash(sha256)
+        self._hasher = get_request_block_hasher(engine.block_size, sha256)
+        self._arrivals: list[tuple[int, int, str]] = sorted(
+            (spec.arrival_step, order, spec.req_id) for order, spec in enumerate(requests) if spec.parent is None)
+        self._children = defaultdict(list)
+        for spec in requests:
+            if spec.parent is not None:
+                if spec.parent not in self.specs:
+                    raise ConfigError(f"request {spec.req_id}: unknown parent {spec.parent!r}")
+                self._children[spec.parent].append(spec.req_id)
+        self._order = len(requests)
+        self._aborts: dict[int, list[str]] = defaultdict(list)
+        self._sequences: dict[str, ScriptedSequence] = {}
+        self._requests: dict[str, Request] = {}
+        self._finished: set[str] = set()
+        self._spec_steps: dict[str, int] = defaultdict(int)
+        self._pending = None  # async: what _update needs of the previous step
+        self._step = 0
+        self.checked_load_tokens = 0  # positions the oracle checked after their load landed
+
+    # ---- the run ----------------------------------------------------------------------------
+
+    def run(self) -> RunRecord:
+        gc.collect()
+        gc.freeze()
+        started = time.perf_counter()
+        idle = 0
+        try:
+            while self._arrivals or self.scheduler.has_requests() or self._pending is not None:
+                if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
+                    self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
+                    break
+                progressed = self._one_step()
+                idle = 0 if progressed or self._arrivals else idle + 1
+                if self.on_step is not None:
+                    self.on_step(self._step, len(self._finished))
+        except (AssertionError, KeyError, ValueError, RuntimeError) as error:
+            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
+            self.record.crash_step = self._step
+        finally:
+            gc.unfreeze()
+        self._finish_record(time.perf_counter() - started)
+        return self.record
+
+    def _one_step(self) -> bool:
+        step = self._step
+        self._admit(step)
+        for req_id in self._aborts.pop(step, ()):
+            if req_id not in self._finished:
+                self.scheduler.finish_requests([req_id], RequestStatus.FINISHED_ABORTED)
+                self._on_finished(req_id, step)
+        scheduler_output = self.scheduler.schedule()
+        self.record.preemptions += len(scheduler_output.preempted_req_ids or ())
+        executed = self._execute(step, scheduler_output)
+        kv_out = executed[2].kv_connector_output
+        busy = bool(scheduler_output.num_scheduled_tokens or kv_out.finished_recving
+                    or kv_out.kv_connector_worker_meta is not None)
+        if self.config.scheduler_config.async_scheduling:
+            if self._pending is not None:
+                self._update(*self._pending)
+            self._pending = executed if busy else None
+        else:
+            self._update(*executed)
+        self._step += 1
+        self.record.steps = self._step
+        return busy
+
+    def _admit(self, step: int) -> None:
+        while self._arrivals and self._arrivals[0][0] <= step:
+            _, _, req_id = self._arrivals.pop(0)
+            spec = self.specs[req_id]
+            eos = spec.stop == "eos"
+            params = SamplingParams(max_tokens=spec.max_tokens + (EOS_SLACK if eos else 0), ignore_eos=not eos)
+            params.update_from_generation_config({}, EOS_ID)
+            request = Request(request_id=req_id, prompt_token_ids=list(spec.prompt_token_ids),
+                              sampling_params=params, pooling_params=None, block_hasher=self._hasher)
+            self._requests[req_id] = request
+            self._sequences[req_id] = ScriptedSequence(spec.prompt_token_ids + spec.output_token_ids)
+            self.record.requests += 1
+            self.record.prompt_tokens += spec.num_prompt_tokens
+            if spec.abort_after_steps is not None:
+                self._aborts[step + spec.abort_after_steps].append(req_id)
+            self.scheduler.add_request(request)
+
+    def _on_finished(self, req_id: str, step: int) -> None:
+        self._finished.add(req_id)
+        request = self._requests[req_id]
+        self.record.finished_requests += 1
+        self.record.output_tokens += request.num_output_tokens
+        self.ledger.parent_finished(req_id, self._sequences[req_id].truth, request)
+        for child in self._children.pop(req_id, ()):
+            arrival = step + 1 + self.specs[child].think_steps
+            self._order += 1
+            index = len(self._arrivals)
+            while index > 0 and self._arrivals[index - 1][0] > arrival:
+                index -= 1
+            self._arrivals.insert(index, (arrival, self._order, child))
+
+    # ---- the fake worker ----------------------------------------------------------------------
+
+    def _execute(self, step: int, scheduler_output):
+        worker, bs = self.worker, self.engine.block_size
+        meta = scheduler_output.kv_connector_metadata
+        worker.handle_preemptions(meta)
+        computed = self.tables.update(scheduler_output)
+        worker.bind_connector_metadata(meta)
+        writes, accepted = [], {}
+        drafts_of = scheduler_output.scheduled_spec_decode_tokens
+        for req_id, count in scheduler_output.num_scheduled_tokens.items():
+            sequence, start = self._sequences[req_id], computed[req_id]
+            drafts = len(drafts_of.get(req_id, ()))
+            real = count - drafts
+            values = sequence.written(start, real)
+            if drafts:
+                accepted[req_id] = self._accepted_drafts(req_id, drafts)
+                values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
+                    start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
+            writes.append((self.tables.tables[req_id], start, values))
+            self.record.scheduled_tokens += count
+        write_positions(self.cells, writes, bs)
+        worker.start_load_kv(None)
+        worker.wait_for_save()
+        _copy_hook(worker)()
+        _, recving = worker.get_finished(scheduler_output.finished_req_ids)
+        for req_id in sorted(recving or ()):
+            self._check_load(step, req_id)
+        kv_output = KVConnectorOutput(finished_recving=recving or None,
+                                      kv_connector_worker_meta=worker.build_connector_worker_meta())
+        worker.clear_connector_metadata()
+        req_ids = list(scheduler_output.num_scheduled_tokens)
+        output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                   sampled_token_ids=[], logprobs=None, prompt_logprobs_dict={}, pooler_output=[],
+                                   kv_connector_output=kv_output)
+        # Which requests sample is fixed now (a partial prefill chunk does not).
+        samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
+        return step, scheduler_output, output, samples, accepted
+
+    def _accepted_drafts(self, req_id: str, drafts: int) -> int:
+        """The workload's scripted acceptance (else the seeded model), capped so that the bonus
+        token stays inside the script (the simulator's rule, ``LiveRequest.accepted_drafts``)."""
+        spec, request = self.specs[req_id], self._requests[req_id]
+        counts = spec.accept_counts
+        if counts:
+            accepted = counts[self._spec_steps[req_id] % len(counts)]
+        else:
+            accepted = 0
+            while accepted < drafts and self.rng.random() < self.engine.spec_acceptance:
+                accepted += 1
+        self._spec_steps[req_id] += 1
+        return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - 1))
+
+    def _check_load(self, step: int, req_id: str) -> None:
+        """The load landed: every slot it wrote must hold the fingerprint of its true prefix."""
+        claim = self.ledger.pending_loads.pop(req_id, None)
+        if claim is None:
+            return
+        start, end = claim
+        self.checked_load_tokens += end - start
+        table = self.scheduler.kv_cache_manager.get_block_ids(req_id)[0]
+        held = read_positions(self.cells, table, start, end, self.engine.block_size)
+        bad = (held != self._sequences[req_id].fingerprints[start:end]).any(axis=0)
+        if bad.any():
+            tpc = self.engine.tokens_per_chunk
+            chunks = (np.nonzero(bad)[0] + start) // tpc
+            for chunk in sorted(set(chunks.tolist())):
+                self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, int((chunks == chunk).sum())))
+
+    # ---- update_from_output -------------------------------------------------------------------
+
+    def _update(self, step: int, scheduler_output, output, samples, accepted) -> None:
+        sampled = []
+        for req_id in output.req_ids:
+            if req_id not in samples:
+                sampled.append([])
+                continue
+            request, truth = self._requests[req_id], self._sequences[req_id].truth
+            first = request.num_tokens
+            count = accepted.get(req_id, 0) + 1
+            sampled.append([truth[i] if i < len(truth) else FILLER_TOKEN for i in range(first, first + count)])
+        output.sampled_token_ids = sampled
+        self.scheduler.update_from_output(scheduler_output, output)
+        drafts = []
+        for req_id in output.req_ids:
+            request = self._requests[req_id]
+            if req_id not in self._finished and request.is_finished():
+                self._on_finished(req_id, step)
+            elif self.engine.spec_tokens and req_id in samples and not request.is_finished():
+                drafts.append(req_id)
+        if drafts:
+            proposal = [[FILLER_TOKEN] * self.engine.spec_tokens for _ in drafts]
+            self.scheduler.update_draft_token_ids(DraftTokenIds(drafts, proposal))
+
+    def _finish_record(self, wall: float) -> None:
+        record = self.record
+        record.wall_seconds = wall
+        record.connector_seconds = sum(self._timings.values())
+        connector = self.scheduler.connector
+        core = getattr(connector, "core", None)
+        if core is not None:
+            record.lifecycle_violations = len(core.manager.violations)
+            record.connector_stats = dict(vars(core.stats))
+        if record.crash is None and not record.stuck_requests:
+            record.leaked_requests = _tracked_requests(connector) or ()
+        handler = _transfer_handler(self.worker)
+        if handler is not None:  # both built-in workers copy through a FanOutHandler
+            (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
+                handler.totals[True], handler.totals[False])
+        try:
+            self.scheduler.shutdown()
+        except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
+            pass
+        self.worker.shutdown()
+
+    def unmeasured(self) -> tuple[str, ...]:
+        """UNMEASURED, plus what this connector does not expose: lifecycle violations are the
+        reference manager's strict mode; leaks need the connector's request table."""
+        connector = self.scheduler.connector
+        extra = () if getattr(connector, "core", None) is not None else ("lifecycle_violations",)
+        if _tracked_requests(connector) is None:
+            extra += ("leaked_requests",)
+        return UNMEASURED + extra
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return dict(self._timings)
+
+
+def _copy_hook(worker):
+    """The worker's 'copy what was submitted' call (stepped handlers), or a no-op."""
+    hook = getattr(worker, "copy_submitted", None)
+    if hook is None:
+        inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
+        hook = getattr(inner, "copy_submitted", None)
+    return hook or (lambda: None)
+
+
+def _transfer_handler(worker):
+    handler = getattr(getattr(worker, "worker", None), "handler", None)  # KVOffloadConnector
+    if handler is None:  # vLLM's OffloadingConnector with the torch-copy spec
+        handler = getattr(getattr(getattr(worker, "connector_worker", None), "worker", None), "handler", None)
+    return handler if hasattr(handler, "totals") else None
+
+
+def _tracked_requests(connector) -> tuple[str, ...] | None:
+    """Requests the connector still tracks; None when it does not say."""
+    core = getattr(connector, "core", None)
+    if core is not None:
+        return tuple(core.tracked_request_ids())
+    stock = getattr(connector, "connector_scheduler", None)
+    if stock is not None and hasattr(stock, "_req_status"):
+        return tuple(stock._req_status)  # vLLM's OffloadingConnectorScheduler keeps them here
+    return None

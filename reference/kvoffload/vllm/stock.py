@@ -1,0 +1,76 @@
+"""vLLM's stock OffloadingConnector on a machine without a GPU: a spec whose worker copies
+with the project's handlers.
+
+``CPUOffloadingSpec.get_worker`` (``vllm/v1/kv_offload/cpu/spec.py``) refuses platforms that are
+neither CUDA-alike nor XPU. The connector lets a deployment name its own spec
+(``spec_name`` + ``spec_module_path`` in ``kv_connector_extra_config``, read by
+``OffloadingSpecFactory``), so :class:`TorchCopyOffloadingSpec` keeps everything of the stock
+spec (its scheduler-side ``CPUOffloadingManager``, chunk geometry, capacity) and replaces only the
+worker: :class:`HandlerOffloadingWorker` turns each vLLM transfer into a project
+``TransferJob`` and hands it to the same handlers the reference connector uses.
+"""
+
+from __future__ import annotations
+
+from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult as VllmTransferResult
+from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+from kvoffload.core.types import ConfigError, TransferJob, TransferKind
+from kvoffload.vllm.regions import BlockRegion, make_handler
+
+SPEC_NAME = "TorchCopyOffloadingSpec"
+SPEC_MODULE = __name__
+
+
+class HandlerOffloadingWorker(OffloadingWorker):
+    """vLLM's ``OffloadingWorker`` contract over a project transfer handler."""
+
+    def __init__(self, handler, blocks_per_chunk: int):
+        self.handler = handler
+        self.blocks_per_chunk = blocks_per_chunk
+
+    def submit_store(self, job_id, src_spec, dst_spec) -> bool:
+        gpu = tuple(int(b) for b in src_spec.block_ids)
+        self.handler.submit_store(TransferJob(job_id, "", TransferKind.STORE, gpu,
+                                              tuple(int(c) for c in dst_spec.block_ids), ()))
+        return True
+
+    def submit_load(self, job_id, src_spec, dst_spec) -> bool:
+        gpu = tuple(int(b) for b in dst_spec.block_ids)
+        # The first GPU block may sit mid-chunk: block_indices[0] is its index in the request.
+        skip = int(dst_spec.block_indices[0]) % self.blocks_per_chunk if dst_spec.block_indices is not None else 0
+        self.handler.submit_load(TransferJob(job_id, "", TransferKind.LOAD, gpu,
+                                             tuple(int(c) for c in src_spec.block_ids), (), skip))
+        return True
+
+    def get_finished(self) -> list[VllmTransferResult]:
+        return [VllmTransferResult(job_id=r.job_id, success=r.success, transfer_size=r.num_bytes,
+                                   transfer_time=r.seconds) for r in self.handler.get_finished()]
+
+    def wait(self, job_ids: set[int]) -> None:
+        self.handler.wait(job_ids)
+
+    def copy_submitted(self) -> None:
+        self.handler.run_submitted()
+
+    def shutdown(self) -> None:
+        self.handler.shutdown()
+
+
+class TorchCopyOffloadingSpec(CPUOffloadingSpec):
+    """The stock CPU spec with a worker that runs anywhere torch does.
+
+    Extra options: ``transfer`` and ``completion_steps``, as for the reference connector.
+    """
+
+    def get_worker(self, kv_caches) -> OffloadingWorker:
+        if getattr(self, "_handler_worker", None) is None:
+            if len(kv_caches.group_data_refs) != 1:
+                raise ConfigError("TorchCopyOffloadingSpec supports one KV cache group")
+            regions = [BlockRegion(t.tensor, (f"tensor {i}",))
+                       for i, t in enumerate(kv_caches.tensors)]
+            handler = make_handler(regions, self.tokens_per_block[0], self.num_chunks, self.blocks_per_chunk,
+                                   self.extra_config.get("transfer", "auto"),
+                                   int(self.extra_config.get("completion_steps", 1)))
+            self._handler_worker = HandlerOffloadingWorker(handler, self.blocks_per_chunk)
+        return self._handler_worker

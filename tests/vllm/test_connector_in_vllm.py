@@ -1,0 +1,87 @@
+"""The reference connector inside vLLM 0.32: loaded by vLLM's factory in both roles, planning
+from vLLM's scheduler, copying between vLLM's paged KV tensors and its host tier."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.vllm
+
+from kvoffload.core.types import ConfigError  # noqa: E402
+from kvoffload.engine.config import EngineConfig  # noqa: E402
+from kvoffload.vllm import build  # noqa: E402
+from kvoffload.vllm.build import ConnectorLoad  # noqa: E402
+from kvoffload.vllm.connector import ConnectorOptions, KVOffloadConnector  # noqa: E402
+from kvoffload.vllm.replay import VllmSchedulerReplay  # noqa: E402
+
+
+def _scheduler(engine: EngineConfig, load: ConnectorLoad):
+    config = build.build_vllm_config(engine, load.transfer_config(engine, "stepped"), 512)
+    return build.build_scheduler(config, build.build_kv_cache_config(config, engine))
+
+
+def test_vllm_builds_our_connector_by_module_path_with_its_options():
+    engine = EngineConfig(gpu_blocks=40, cpu_chunks=24, block_size=16, blocks_per_chunk=2)
+    scheduler = _scheduler(engine, ConnectorLoad("reference", disabled=("aborted_watermark",)))
+    connector = scheduler.connector
+    assert isinstance(connector, KVOffloadConnector)
+    assert connector.config.cpu_chunks == 24 and connector.config.blocks_per_chunk == 2
+    assert connector.core.fixes.disabled() == ("aborted_watermark",)
+    assert connector.core.manager is not None and scheduler.kv_cache_manager.block_pool.num_gpu_blocks == 40
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"cpu_chunks": 8, "bogus": 1}, "unknown KVOffloadConnector option 'bogus'"),
+    ({"cpu_chunks": 8, "cpu_bytes_to_use": 1 << 20}, "exactly one of cpu_bytes_to_use and cpu_chunks"),
+    ({}, "exactly one of cpu_bytes_to_use and cpu_chunks"),
+    ({"cpu_chunks": 8, "block_size": 24}, "multiple of the GPU block size 16"),
+    ({"cpu_chunks": 8, "block_size": 32, "blocks_per_chunk": 2}, "not both"),
+    ({"cpu_chunks": 8, "preset": "vllm-9"}, "unknown preset 'vllm-9'"),
+    ({"cpu_chunks": 8, "disable_fixes": ["nope"]}, "unknown fix 'nope'"),
+    ({"cpu_chunks": 8, "transfer": "dma"}, "transfer must be one of"),
+])
+def test_bad_options_are_named(extra, message):
+    with pytest.raises(ConfigError, match=message):
+        ConnectorOptions.parse(extra, gpu_block_size=16)
+
+
+def test_capacity_in_bytes_becomes_chunks_and_block_size_becomes_blocks_per_chunk():
+    options = ConnectorOptions.parse({"cpu_bytes_to_use": 10 * 2 * 16384 + 5, "block_size": 32}, gpu_block_size=16)
+    assert options.blocks_per_chunk == 2
+    assert options.num_chunks(bytes_per_block=16384) == 10
+    assert options.offload_prompt_only is True  # vLLM's default
+
+
+def test_the_shipped_model_config_matches_the_kv_shape_the_harness_assumes():
+    config = json.loads((build.TINY_MODEL_DIR / "config.json").read_text())
+    assert config["num_hidden_layers"] == build.NUM_LAYERS
+    assert config["num_key_value_heads"] == build.NUM_KV_HEADS
+    assert config["head_dim"] == build.HEAD_SIZE
+    assert config["vocab_size"] == 32_000  # the workloads' vocabulary (kvoffload.workloads.tokens)
+
+
+@pytest.mark.parametrize("name", ["shared-prefix-small", "multi-turn-small", "spec-decode-small"])
+def test_stores_and_loads_through_vllms_block_manager_and_every_loaded_slot_holds_the_right_kv(small_workload, name):
+    workload = small_workload(name)
+    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"))
+    record = replay.run()
+    stats = replay.scheduler.connector.core.stats
+    assert record.crash is None and not record.stuck_requests and not record.leaked_requests
+    assert record.finished_requests == record.requests == len(workload.requests)
+    assert stats.store_jobs > 0 and stats.load_jobs > 0
+    assert record.connector_hit_tokens_admitted > 0
+    assert replay.checked_load_tokens == replay.ledger.loaded_tokens > 0  # every loaded slot was checked
+    assert record.poisoned == []
+    assert record.lifecycle_violations == 0
+
+
+def test_the_threaded_handler_copies_in_the_background_with_the_same_verdict(small_workload):
+    workload = small_workload("multi-turn-small")
+    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"), transfer="threaded")
+    record = replay.run()
+    assert record.crash is None and not record.leaked_requests
+    assert replay.checked_load_tokens > 0
+    assert record.poisoned == []

@@ -1,0 +1,56 @@
+"""The bounds of workloads/limits.py: the JSON depth scan agrees with a parser, and the budget
+stops an oversized workload before its tokens exist."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvoffload.engine.config import EngineConfig
+from kvoffload.workloads.limits import Budget, json_depth_at_most, max_model_len
+from kvoffload.workloads.schema import WorkloadError
+
+
+def depth(value) -> int:
+    if isinstance(value, list):
+        return 1 + max((depth(item) for item in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((depth(item) for item in value.values()), default=0)
+    return 0
+
+
+# Strings full of what the scan must not mistake for structure: brackets, quotes, backslashes.
+tricky = st.text(alphabet='ab[]{}"\\ \n')
+values = st.recursive(st.one_of(tricky, st.integers()),
+                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(tricky, inner, max_size=3),
+                      max_leaves=30)
+
+
+@settings(max_examples=400, database=None, derandomize=True)
+@given(value=values, limit=st.integers(0, 8))
+def test_the_depth_scan_agrees_with_the_nesting_a_parser_sees(value, limit):
+    assert json_depth_at_most(json.dumps(value).encode(), limit) == (depth(value) <= limit)
+
+
+@pytest.mark.parametrize("text, deepest", [
+    (r'["\\", [[]]]', 3),  # an escaped backslash closes the string before the brackets
+    (r'["\"[[[[", []]', 2),  # an escaped quote keeps the brackets inside the string
+    (r'["\\\"[[[[", []]', 2),
+    ('[' * 100 + ']' * 100, 100),
+])
+def test_escapes_and_deep_nesting(text, deepest):
+    assert json_depth_at_most(text.encode(), deepest)
+    assert not json_depth_at_most(text.encode(), deepest - 1)
+
+
+def test_the_budget_stops_a_request_longer_than_the_gpu_pool_before_its_tokens_exist():
+    engine = EngineConfig(gpu_blocks=11, block_size=16, spec_tokens=2)
+    assert max_model_len(engine) == 10 * 16 - 2
+    budget = Budget(engine, "w.toml")
+    budget.add("request a", 100, 58)  # exactly max_model_len
+    with pytest.raises(WorkloadError, match=r"w.toml: request b: expected prompt \+ output within max_model_len 158"):
+        budget.add("request b", 100, 59)
+    assert (budget.requests, budget.tokens) == (1, 158)
