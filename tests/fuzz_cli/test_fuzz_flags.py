@@ -50,7 +50,9 @@ FIXES = ("last_block_at_finish", "final_token_watermark", "aborted_watermark", "
 PRESETS = ("vllm-0.25", "vllm-0.26", "vllm-0.29", "vllm-0.30", "vllm-0.99", "")
 SETTINGS = ("cpu_chunks=64", "gpu_blocks=4096", "gpu_blocks=99999999999999999999", "gpu_blocks=x", "scheduling=async",
             "scheduling=eager", "seed=3", "spec_tokens=2", "workers=2000", "=", "noequals", "block_size=0",
-            "slot_bytes=12", "profile=h200-llama3-8b", "profile=nope", "spec_acceptance=nan", "spec_acceptance=inf")
+            "slot_bytes=12", "profile=h200-llama3-8b", "profile=nope", "spec_acceptance=nan", "spec_acceptance=inf",
+            "gpu_blocks=auto", "cpu_chunks=50%", "cpu_chunks=64GiB", "cpu_chunks=1e30GiB", "cpu_chunks=-5%",
+            "cpu_chunks=nan%", "gpu_blocks=auto%")
 
 
 def value(pool, free_text: bool = True) -> st.SearchStrategy:

@@ -47,6 +47,7 @@ def engine(requests, config: EngineConfig = TINY, fixes: Fixes | None = None, *,
             if next_step in forget_gpu_cache_before:
                 engines[0].pool.uncache_free_blocks()
         kwargs["on_step"] = forget
+        kwargs.setdefault("skip_idle", False)  # the hook must see every step, idle ones too
     fixes = fixes if fixes is not None else Fixes()
     if MADE_INEFFECTIVE:
         fixes = fixes.without(*(name for name in MADE_INEFFECTIVE if getattr(fixes, name)))

@@ -28,7 +28,7 @@ class TestK21ResetReallyClears:
     def test_nothing_is_served_after_a_reset(self, scheduling, reset):
         a = RequestSpec("A", tokens(1, 8), tokens(2, 1))
         b = RequestSpec("B", tokens(1, 8) + tokens(3, 4), tokens(2, 1), arrival_step=6)
-        kwargs = {"reset_cache_at": [5]} if reset else {"forget_gpu_cache_before": (5,)}
+        kwargs = {"reset_cache_at": [5]} if reset else {"forget_gpu_cache_before": tuple(range(1, 7))}
         record = run([a, b], TINY.replace(scheduling=scheduling), strict=True, **kwargs)
         assert healthy(record)
         assert (record.gpu_hit_tokens, record.connector_hit_tokens_admitted) == (0, 0 if reset else 8)
@@ -127,7 +127,7 @@ class TestK25AllocationFailure:
         b = RequestSpec("B", tokens(3, 12), tokens(4, 8))
         c = RequestSpec("C", b.prompt_token_ids + b.output_token_ids[:4], tokens(6, 1), arrival_step=30)
         eng = engine([a, b, c], TINY.replace(scheduling=scheduling, cpu_chunks=6, store_completion_steps=3),
-                     strict=True, forget_gpu_cache_before=(29,))
+                     strict=True, forget_gpu_cache_before=tuple(range(20, 31)))
         record = eng.run()
         assert healthy(record)
         assert eng.connector.stats.store_allocation_failures == failures

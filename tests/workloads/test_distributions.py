@@ -80,14 +80,14 @@ class TestValidation:
                              "'zipf', 'poisson', got 'normal'"),
         ({"dist": "uniform", "min": 10, "max": 6},
          "w.toml: key generator.x.max: expected an integer >= min (10), got 6"),
-        ({"dist": "uniform", "min": 0, "max": 6}, "w.toml: key generator.x.min: expected an integer >= 1, at most 2,147,483,647, got 0"),
+        ({"dist": "uniform", "min": 0, "max": 6}, "w.toml: key generator.x.min: expected an integer >= 1, at most 67,108,864, got 0"),
         ({"dist": "uniform", "min": 1}, "w.toml: key generator.x.max: required key is missing"),
-        ({"dist": "lognormal", "mean": 0, "sigma": 1}, "w.toml: key generator.x.mean: expected a finite number > 0 and <= 2,147,483,647, got 0"),
+        ({"dist": "lognormal", "mean": 0, "sigma": 1}, "w.toml: key generator.x.mean: expected a finite number > 0 and <= 67,108,864, got 0"),
         ({"dist": "lognormal", "mean": 5, "sigma": -1},
          "w.toml: key generator.x.sigma: expected a finite number within [0, 1e+150], got -1"),
         ({"dist": "zipf", "alpha": 1}, "w.toml: key generator.x.alpha: expected a finite number > 1 and <= 1,000, got 1"),
         ({"dist": "poisson", "mean": 5, "lambda": 3}, "w.toml: key generator.x.lambda: unknown key"),
-        ({"dist": "poisson", "mean": True}, "w.toml: key generator.x.mean: expected a finite number within [0, 2,147,483,647], got True"),
+        ({"dist": "poisson", "mean": True}, "w.toml: key generator.x.mean: expected a finite number within [0, 67,108,864], got True"),
     ])
     def test_a_bad_table_is_a_one_line_error_naming_the_key(self, value, message):
         with pytest.raises(WorkloadError) as caught:

@@ -66,7 +66,9 @@ class Engine:
         self.strict = strict
         self.max_steps = max_steps
         self.on_step = on_step
-        self.skip_idle = skip_idle  # False walks idle gaps step by step (the equality tests' baseline)
+        # Idle gaps are jumped (on_step then hears once, with the step after the gap); False walks
+        # them step by step: for hooks that must see every step, and the jump-equals-walk tests.
+        self.skip_idle = skip_idle
         bs = config.block_size
         try:
             self.kv = KVCache(config.gpu_blocks, bs, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)

@@ -73,6 +73,14 @@ class KVOracle:
         """A request finished: nothing reads its fingerprints again (loads check only live ones)."""
         self._fp.pop(live.req_id, None)
 
+    def _fingerprints_of(self, live) -> np.ndarray:
+        """A live request's fingerprints; recomputed for one that finished (aborted) while its
+        load was in flight, whose landing is still checked."""
+        fingerprints = self._fp.get(live.req_id)
+        if fingerprints is None:
+            fingerprints = prefix_fingerprints(np.asarray(live.truth, dtype=np.int64)).view(np.int64)
+        return fingerprints
+
     def num_fingerprinted(self) -> int:
         """Requests whose fingerprints are held (the live ones)."""
         return len(self._fp)
@@ -178,7 +186,7 @@ class KVOracle:
         blocks = np.asarray(job.gpu_block_ids, dtype=np.int64)
         slots = (blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
         held = self._slot_fp[torch.from_numpy(slots)].numpy()
-        expected = self._fp[live.req_id][start:end]
+        expected = self._fingerprints_of(live)[start:end]
         bad = held != expected
         if not bad.any():
             return []

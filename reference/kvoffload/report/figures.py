@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from kvoffload.metrics import GLOSSARY
 from kvoffload.report.sources import RunFile
@@ -277,6 +278,7 @@ def _delay_distributions(chosen: Sequence[RunFile]) -> Figure:
             is_reference = run.label == "reference"
             ax.step(xs, ys, where="post", color=colors[run.label], linewidth=2.4 if is_reference else 1.3,
                     zorder=4 if is_reference else 2, label=f"{run.label} ({total} chunks)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # delays are whole steps
         ax.set_xlabel("delay (engine steps)")
         ax.set_ylabel("share of stored chunks (cumulative)")
         ax.set_ylim(0, 1.02)

@@ -102,7 +102,7 @@ def _claims_run_schema(path: Path) -> bool:
     """True for JSON objects whose ``schema`` is the run schema (other JSON is not ours)."""
     try:
         data = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return False
     return isinstance(data, dict) and data.get("schema") == SCHEMA
 
@@ -120,7 +120,7 @@ def find_asv_points(asv_dir: Path) -> tuple[list[AsvPoint], dict[str, str]]:
     points: list[AsvPoint] = []
     for machine_dir in sorted(p for p in asv_dir.iterdir() if p.is_dir()):
         for path in sorted(machine_dir.glob("*.json")):
-            if path.name == "machine.json":
+            if path.name == "machine.json" or not path.is_file():  # a FIFO would block the read
                 continue
             points.extend(p for p in _asv_file_points(path, machine_dir.name)
                           if p.version is None or current.get(p.benchmark) in (None, p.version))
@@ -131,7 +131,7 @@ def asv_versions(asv_dir: Path) -> dict[str, str]:
     """{benchmark: its current version} from ``asv_dir``/benchmarks.json ({} when absent)."""
     try:
         data = json.loads((asv_dir / "benchmarks.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return {}
     return {name: str(entry["version"]) for name, entry in data.items()
             if isinstance(entry, dict) and entry.get("version") is not None}
@@ -141,7 +141,7 @@ def asv_param_names(asv_dir: Path) -> dict[str, list[str]]:
     """{benchmark: its parameter names} from ``asv_dir``/benchmarks.json ({} when absent)."""
     try:
         data = json.loads((asv_dir / "benchmarks.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return {}
     return {name: [str(n) for n in entry.get("param_names") or []]
             for name, entry in data.items() if isinstance(entry, dict)}
@@ -150,7 +150,7 @@ def asv_param_names(asv_dir: Path) -> dict[str, list[str]]:
 def _asv_units(path: Path) -> dict[str, str]:
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return {}
     return {name: str(entry.get("unit", "")) for name, entry in data.items() if isinstance(entry, dict)}
 
@@ -164,7 +164,7 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         date = int(data.get("date") or 0)
         result_col, params_col = columns.index("result"), columns.index("params")
         version_col = columns.index("version") if "version" in columns else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return []  # not an asv result file
     points = []
     for benchmark, row in results.items():

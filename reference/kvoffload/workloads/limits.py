@@ -9,9 +9,10 @@ well under a second with one line instead of overflowing, exhausting memory or n
 - ``max_model_len(engine)``: prompt + output + draft tokens of one request must fit the GPU pool
   on their own ((gpu_blocks - 1) x block_size, as vLLM rejects what exceeds ``max_model_len``).
   Lengths are checked against it before their tokens are generated.
-- ``MAX_TOKENS`` (2**31 - 1): the largest length a definition may name at all (vLLM keeps
-  token counts and positions in int32); it bounds distribution parameters before any engine
-  setting is known.
+- ``MAX_TOKENS`` (2**26, 67M): the largest length a definition may name at all, six times the
+  longest context of any released model (10M tokens); it bounds distribution parameters before
+  any engine setting is known (and a ``gpu_blocks=auto`` pool). The token generator draws 2 bytes a
+  token and ``random.randbytes`` takes at most 2**31 bits at once, so 2**27 tokens is a hard wall.
 - ``MAX_REQUESTS`` (10**7) and ``MAX_WORKLOAD_TOKENS`` (2**30): the whole workload lives in
   memory with an 8-byte fingerprint per token (engine) and an 8-byte reference per token (the
   request specs): 2**30 tokens is 16 GiB before anything else, 200 times the largest bundled
@@ -32,7 +33,7 @@ from kvoffload.engine.config import EngineConfig
 from kvoffload.workloads.schema import WorkloadError
 
 MAX_STEP = 2**53
-MAX_TOKENS = 2**31 - 1
+MAX_TOKENS = 2**26
 MAX_REQUESTS = 10**7
 MAX_WORKLOAD_TOKENS = 2**30
 MAX_WORKERS = 1024

@@ -168,5 +168,5 @@ def _number_expectation(minimum: float | None, maximum: float | None, above: flo
 
 
 def _bound(value: float) -> str:
-    """2,147,483,647 rather than 2.14748e+09; 1e+150 stays as it is."""
+    """67,108,864 rather than 6.71089e+07; 1e+150 stays as it is."""
     return f"{int(value):,}" if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
