@@ -296,15 +296,17 @@ class SchedulerModel:
     def after_schedule(self, scheduled: list[Scheduled]) -> None:
         """vLLM's ``_update_after_schedule``: counters advance after the connector's build."""
         asynchronous = self.config.scheduling == "async"
+        running, seq, inflight = RequestStatus.RUNNING, self.scheduled_seq, self.inflight_prefills
         for item in scheduled:
             live = item.live
-            live.req.num_computed_tokens += item.num_tokens
-            live.req.status = RequestStatus.RUNNING
-            live.last_scheduled_seq = self.scheduled_seq
+            req = live.req
+            req.num_computed_tokens += item.num_tokens
+            req.status = running
+            live.last_scheduled_seq = seq
             if item.samples and asynchronous:
                 live.pending_outputs += 1
-            if live.req.num_computed_tokens >= live.req.num_tokens:  # no longer a prefill chunk
-                self.inflight_prefills.pop(live.req_id, None)
+            if inflight and req.num_computed_tokens >= req.num_tokens:  # no longer a prefill chunk
+                inflight.pop(live.req_id, None)
 
     def plan_built(self, plan: StepPlan) -> None:
         for job in plan.load_jobs:
@@ -316,6 +318,7 @@ class SchedulerModel:
         """Append each scheduled request's samples (drafts verified) and finish what stopped."""
         step = output.step
         asynchronous = self.config.scheduling == "async"
+        bs = self.config.block_size
         if any(item.num_tokens for item in output.scheduled):
             self.processed_seq += 1
             self._drain_deferred_frees()
@@ -334,7 +337,8 @@ class SchedulerModel:
                 self.observer.sampled(len(tokens))
                 rejected = item.num_tokens - 1 - item.accepted if not item.prefill else 0
                 req.num_computed_tokens -= rejected
-                if asynchronous:  # AsyncScheduler._update_request_with_output -> cache_blocks
+                # AsyncScheduler._update_request_with_output -> cache_blocks (only when a block filled)
+                if asynchronous and (req.num_computed_tokens - live.pending_outputs) // bs > live.num_committed_blocks:
                     self.commit_computed(live, req.num_computed_tokens - live.pending_outputs)
             if live.num_outputs >= live.spec.max_tokens:
                 status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
@@ -378,9 +382,12 @@ class SchedulerModel:
 
     def blocks_in_use(self) -> int:
         """Block-table entries of live requests plus blocks whose free is deferred."""
-        return (sum(len(live.blocks) for live in self.live.values())
-                + sum(len(blocks) for _, blocks in self.deferred_frees)
-                + sum(len(blocks) for blocks in self.blocks_awaiting_load.values()))
+        in_use = sum(len(live.blocks) for live in self.live.values())
+        if self.deferred_frees:
+            in_use += sum(len(blocks) for _, blocks in self.deferred_frees)
+        if self.blocks_awaiting_load:
+            in_use += sum(len(blocks) for blocks in self.blocks_awaiting_load.values())
+        return in_use
 
     def blocks_held_by(self, req_id: str) -> set[int] | tuple:
         owner = self.live.get(req_id)
