@@ -59,3 +59,19 @@ def test_reference_connector_is_correct_in_every_schedule(scenario):
     assert record.stuck_requests == ()
     assert record.invariant_failures == []
     assert record.finished_requests == len(requests)
+
+
+def test_a_request_aborted_while_its_load_copies_does_not_crash_the_reference():
+    """Found by the property above (kept as an explicit regression): one running slot, async, r2
+    aborted after 5 steps while its load from the offload tier is still copying. The engine used
+    to drop r2's fingerprints at the abort and then check the landing load's slots against them:
+    KeyError 'r2'. vLLM 0.32 frees such a request's blocks when the load lands, and nobody reads
+    its slots (docs/engine.md)."""
+    config = EngineConfig(gpu_blocks=12, cpu_chunks=2, block_size=2, blocks_per_chunk=1, max_num_seqs=1,
+                          max_num_batched_tokens=4, store_completion_steps=0, scheduling="async")
+    requests = [RequestSpec("r0", (3, 3), (3,), stop="eos"),
+                RequestSpec("r1", (3, 3, 3, 3), (3,), stop="eos", parent="r0"),
+                RequestSpec("r2", (3, 3), (3,), stop="eos", abort_after_steps=5)]
+    record = replay(requests, config, Fixes(), strict=True)
+    assert (record.crash, record.poisoned, record.leaked_requests, record.stuck_requests) == (None, [], (), ())
+    assert record.finished_requests == 3
