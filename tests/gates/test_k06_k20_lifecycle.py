@@ -75,9 +75,6 @@ class TestK08CompletionForAnAbortedRequest:
     aborted with its prefill's store in flight. Each completion must map to a request the
     connector still tracks; then all are released."""
 
-    @pytest.mark.xfail(strict=True, reason="regression on main (422ce56 + 3e996cd): the oracle drops a finished "
-                       "request's fingerprints, then checks the slots of its load that lands after the "
-                       "abort: KeyError: 'C' in oracle.check_loaded_slots")
     @pytest.mark.parametrize("scheduling", SCHEDULINGS)
     def test_aborts_with_a_load_and_a_store_in_flight(self, scheduling):
         a = RequestSpec("A", tokens(1, 8), tokens(2, 1))
