@@ -1,6 +1,6 @@
 """The connector's worker side: when each step's jobs reach the transfer handler.
 
-Per engine step (vLLM's order, notes D and B.2 O5)::
+Per engine step (vLLM's order, docs/engine.md "One engine step")::
 
     handle_preemptions(plan)  submit the deferred stores, then wait(plan.jobs_to_flush)   [fence]
     start_loads(plan)         submit every load of the plan
