@@ -114,6 +114,17 @@ class Script:
             [TransferResult(job_id, success) for job_id in job_ids for _ in range(workers)])
         self.connector.check_invariants()
 
+    def store_prefix(self, req_id: str, tokens: Sequence[int], blocks: Sequence[int]) -> Request:
+        """``req_id`` prefills ``tokens``, its stores complete, it finishes: its chunks are ready."""
+        req = self.add(req_id, tokens)
+        self.admit(req, blocks)
+        plan = self.step(scheduled={req_id: len(tokens)}, new_blocks={req_id: blocks})
+        self.complete(*[job.job_id for job in plan.store_jobs])
+        self.sample(req_id, EOS)
+        self.finish(req_id)
+        self.step(finished=[req_id])
+        return req
+
 
 @pytest.fixture
 def script():

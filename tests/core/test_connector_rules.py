@@ -18,17 +18,6 @@ REFERENCE = Fixes()  # vLLM 0.32
 VLLM_0_30 = Fixes.preset("vllm-0.30")
 
 
-def _store_prefix(s, req_id, tokens, blocks):
-    """``req_id`` prefills ``tokens``, its stores complete, it finishes: its chunks are ready."""
-    req = s.add(req_id, tokens)
-    s.admit(req, blocks)
-    plan = s.step(scheduled={req_id: len(tokens)}, new_blocks={req_id: blocks})
-    s.complete(*[job.job_id for job in plan.store_jobs])
-    s.sample(req_id, EOS)
-    s.finish(req_id)
-    s.step(finished=[req_id])
-    return req
-
 
 def _evicted_by_one_more_store(s, tokens, block):
     """A fresh request stores one chunk into the full tier; returns the keys that made room."""
@@ -54,7 +43,7 @@ class TestCompleteChunkRule:
 
     def test_a_chunk_whose_tail_is_shorter_than_a_chunk_is_not_loaded(self, script):
         s = script(blocks_per_chunk=4)  # 16 tokens per chunk
-        _store_prefix(s, "P", list(range(16)), [1, 2, 3, 4])
+        s.store_prefix("P", list(range(16)), [1, 2, 3, 4])
         b = s.add("B", list(range(33)))
         queried = s.connector.stats.queried_tokens
         # the tier holds chunk 0 (not 1); the GPU already has its first block: 12 tokens to gain
@@ -64,13 +53,13 @@ class TestCompleteChunkRule:
 
     def test_the_same_chunk_is_loaded_without_a_gpu_hit(self, script):
         s = script(blocks_per_chunk=4)
-        _store_prefix(s, "P", list(range(16)), [1, 2, 3, 4])
+        s.store_prefix("P", list(range(16)), [1, 2, 3, 4])
         b = s.add("B", list(range(17)))
         assert s.admit(b, [6, 7, 8, 9, 10]) == 16
 
     def test_no_query_when_the_keyed_tokens_past_the_gpu_hit_are_under_a_chunk(self, script):
         s = script(blocks_per_chunk=4)
-        _store_prefix(s, "P", list(range(16)), [1, 2, 3, 4])
+        s.store_prefix("P", list(range(16)), [1, 2, 3, 4])
         b = s.add("B", list(range(17)))
         queried = s.connector.stats.queried_tokens
         s.admit(b, [1, 6, 7, 8, 9], local_tokens=4)
@@ -84,12 +73,12 @@ class TestRecency:
     @pytest.mark.parametrize("fixes, evicted", [(VLLM_0_30, "Y"), (REFERENCE, "X")], ids=["0.30", "0.32"])
     def test_up_to_0_30_every_use_touches_the_requests_keys(self, script, use, fixes, evicted):
         s = script(cpu_chunks=4 if use == "store that allocated" else 3, fixes=fixes)  # full below
-        x = _store_prefix(s, "P", [1, 1, 1, 1], [1]).block_hashes[0]
+        x = s.store_prefix("P", [1, 1, 1, 1], [1]).block_hashes[0]
         # W shares X's block on the GPU; it stores its second chunk Z (left pending)
         w = s.add("W", [1, 1, 1, 1, 3, 3, 3, 3])
         s.admit(w, [1, 2], local_tokens=4)
         s.step(scheduled={"W": 4}, new_blocks={"W": [1, 2]})
-        y = _store_prefix(s, "Q", [2, 2, 2, 2], [3]).block_hashes[0]  # Y: newer than X
+        y = s.store_prefix("Q", [2, 2, 2, 2], [3]).block_hashes[0]  # Y: newer than X
         b = s.add("B", [1, 1, 1, 1, 3, 3, 3, 3, 9])
         if use == "zero-hit lookup":
             assert s.admit(b, [1, 4, 5], local_tokens=8) == 0
@@ -106,8 +95,8 @@ class TestRecency:
     @pytest.mark.parametrize("finished, evicted", [(False, "X"), (True, "Y")])
     def test_from_0_31_a_request_reranks_what_it_loaded_when_it_finishes(self, script, finished, evicted):
         s = script(cpu_chunks=2)
-        x = _store_prefix(s, "P", [1, 1, 1, 1], [1]).block_hashes[0]
-        y = _store_prefix(s, "Q", [2, 2, 2, 2], [2]).block_hashes[0]
+        x = s.store_prefix("P", [1, 1, 1, 1], [1]).block_hashes[0]
+        y = s.store_prefix("Q", [2, 2, 2, 2], [2]).block_hashes[0]
         b = s.add("B", [1, 1, 1, 1, 9])
         assert s.admit(b, [3, 4]) == 4
         s.complete(s.step().load_jobs[0].job_id)  # the load landed: X is evictable again, still old
@@ -126,7 +115,7 @@ class TestRecency:
         s.admit(a, [1, 2])
         s.complete(*[j.job_id for j in s.step(scheduled={"A": 5}, new_blocks={"A": [1, 2]}).store_jobs])
         x = a.block_hashes[0]  # stored by A while it runs: ranked then, not since
-        y = _store_prefix(s, "Q", [2, 2, 2, 2], [3]).block_hashes[0]
+        y = s.store_prefix("Q", [2, 2, 2, 2], [3]).block_hashes[0]
         if finished:
             s.sample("A", EOS)
             s.finish("A")

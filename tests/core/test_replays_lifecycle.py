@@ -10,17 +10,6 @@ from kvoffload.core.types import ConnectorCrash, RequestStatus
 EOS = 50256
 
 
-def _store_prefix(s, req_id, tokens, blocks):
-    """Run ``req_id`` through prefill, complete its store, finish it: its chunks are in the tier."""
-    req = s.add(req_id, tokens)
-    s.admit(req, blocks)
-    plan = s.step(scheduled={req_id: len(tokens)}, new_blocks={req_id: blocks})
-    s.complete(*[job.job_id for job in plan.store_jobs])
-    s.sample(req_id, EOS)
-    s.finish(req_id)
-    s.step(finished=[req_id])
-    return req
-
 
 class TestResetCache:
     def _decoding_with_store_in_flight(self, script, fixes):
@@ -104,7 +93,7 @@ class TestPreemption:
         plain_lookup = s.manager.lookup
         s.manager.lookup = lambda key: (LookupResult.MISS if plain_lookup(key) is LookupResult.HIT_PENDING
                                         else plain_lookup(key))
-        _store_prefix(s, "P", [5, 5, 5, 5], [1])  # chunk [5,5,5,5] is in the tier
+        s.store_prefix("P", [5, 5, 5, 5], [1])  # chunk [5,5,5,5] is in the tier
         a = s.add("A", [5, 5, 5, 5, 6, 6, 6, 6])
         s.admit(a, [2, 3], local_tokens=0)  # A loads chunk 0 ...
         load = s.step().load_jobs[0]
@@ -126,7 +115,7 @@ class TestPreemption:
 class TestLoads:
     def test_load_job_copies_the_hit_chunks_into_the_new_blocks(self, script):
         s = script()
-        _store_prefix(s, "P", [1, 2, 3, 4, 5, 6, 7, 8], [1, 2])
+        s.store_prefix("P", [1, 2, 3, 4, 5, 6, 7, 8], [1, 2])
         b = s.add("B", [1, 2, 3, 4, 5, 6, 7, 8, 9])
         assert s.admit(b, [3, 4, 5]) == 8
         (load,) = s.step().load_jobs
@@ -136,7 +125,7 @@ class TestLoads:
 
     def test_load_after_a_partial_gpu_hit_starts_mid_chunk(self, script):
         s = script(blocks_per_chunk=4)
-        _store_prefix(s, "P", list(range(32)), list(range(1, 9)))
+        s.store_prefix("P", list(range(32)), list(range(1, 9)))
         b = s.add("B", list(range(33)))
         # GPU hit: one block; the tier adds the rest of chunk 0 and all of chunk 1
         assert s.admit(b, [1, 10, 11, 12, 13, 14, 15, 16, 17], local_tokens=4) == 28
@@ -145,7 +134,7 @@ class TestLoads:
 
     def test_second_request_waits_while_the_first_loads_the_same_chunk(self, script):
         s = script()
-        _store_prefix(s, "P", [1, 2, 3, 4], [1])
+        s.store_prefix("P", [1, 2, 3, 4], [1])
         b = s.add("B", [1, 2, 3, 4, 9])
         c = s.add("C", [1, 2, 3, 4, 8])
         assert s.admit(b, [2, 3]) == 4
