@@ -15,7 +15,7 @@ from typing import Sequence
 from kvoffload.core.types import RequestStatus, StepPlan, TransferJob, TransferResult, cdiv
 from kvoffload.engine.cost import HardwareProfile
 from kvoffload.engine.live import LiveRequest
-from kvoffload.engine.record import Continuation, RunRecord
+from kvoffload.engine.record import RunRecord, continuation, last_written_chunk_end
 
 # An idle gap up to this many steps is charged one step at a time (bit-equal to walking it).
 EXACT_IDLE_STEPS = 2**22
@@ -75,19 +75,13 @@ class RunObserver:
         record.connector_hit_tokens_admitted += hits
         if parent is None:
             return
-        tpc = self.tokens_per_chunk
-        # Positions a forward pass wrote: all but the final sampled token's; an aborted request
-        # only got as far as it was computed.
-        written = parent.req.num_tokens - 1
-        if parent.status is RequestStatus.FINISHED_ABORTED:
-            written = min(written, parent.req.num_computed_tokens)
-        last_chunk_end = (written // tpc) * tpc  # end of its last fully-written chunk
-        prompt = live.spec.prompt_token_ids
-        if last_chunk_end == 0 or parent.truth[:last_chunk_end] != prompt[:last_chunk_end]:
-            return
-        eligible = num_local < last_chunk_end
-        record.continuations.append(Continuation(live.req_id, parent.req_id, eligible,
-                                                 eligible and num_local + hits >= last_chunk_end))
+        last_chunk_end = last_written_chunk_end(parent.req.num_tokens, parent.req.num_computed_tokens,
+                                                parent.status is RequestStatus.FINISHED_ABORTED,
+                                                self.tokens_per_chunk)
+        follow_up = continuation(live.req_id, parent.req_id, live.spec.prompt_token_ids, parent.truth,
+                                 last_chunk_end, num_local, hits)
+        if follow_up is not None:
+            record.continuations.append(follow_up)
 
     def looked_up(self, num_tokens: int) -> None:
         """get_num_new_matched_tokens answered (not deferred) about ``num_tokens`` tokens."""

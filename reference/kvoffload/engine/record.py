@@ -30,6 +30,26 @@ class Continuation:
     served: bool  # ... and the connector supplied it
 
 
+def last_written_chunk_end(num_tokens: int, num_computed_tokens: int, aborted: bool, tokens_per_chunk: int) -> int:
+    """End of a finished parent's last fully-written chunk (the glossary's last_block_hit_rate):
+    a forward pass wrote every position but the final sampled token's; an aborted request only
+    got as far as it was computed."""
+    written = num_tokens - 1
+    if aborted:
+        written = min(written, num_computed_tokens)
+    return (written // tokens_per_chunk) * tokens_per_chunk
+
+
+def continuation(req_id: str, parent_id: str, prompt: tuple[int, ...], parent_truth: tuple[int, ...],
+                 last_chunk_end: int, num_local: int, hits: int) -> Continuation | None:
+    """A follow-up's first admission against its parent, or None when its prompt does not extend
+    the parent's last fully-written chunk (both engines count continuations with this)."""
+    if last_chunk_end == 0 or parent_truth[:last_chunk_end] != prompt[:last_chunk_end]:
+        return None
+    eligible = num_local < last_chunk_end
+    return Continuation(req_id, parent_id, eligible, eligible and num_local + hits >= last_chunk_end)
+
+
 @dataclass
 class RunRecord:
     steps: int = 0

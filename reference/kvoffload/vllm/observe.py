@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Iterable, MutableMapping
 
-from kvoffload.engine.record import Continuation, RunRecord
+from kvoffload.engine.record import RunRecord, continuation, last_written_chunk_end
 
 
 def timed_methods(target, names: Iterable[str], totals: MutableMapping[str, float]) -> None:
@@ -89,16 +89,13 @@ class AdmissionLedger:
         if parent is None:
             return
         last_chunk_end, truth = parent
-        if last_chunk_end == 0 or truth[:last_chunk_end] != spec.prompt_token_ids[:last_chunk_end]:
-            return
-        eligible = num_local < last_chunk_end
-        record.continuations.append(Continuation(req_id, spec.parent, eligible,
-                                                 eligible and num_local + num_external >= last_chunk_end))
+        follow_up = continuation(req_id, spec.parent, spec.prompt_token_ids, truth, last_chunk_end,
+                                 num_local, num_external)
+        if follow_up is not None:
+            record.continuations.append(follow_up)
 
     def parent_finished(self, req_id: str, truth: tuple[int, ...], request) -> None:
-        """Positions a forward wrote: all but the final sampled token's; an aborted request only
-        what was computed (the simulator's definition of a continuation's last chunk)."""
-        written = request.num_tokens - 1
-        if request.status.name == "FINISHED_ABORTED":
-            written = min(written, request.num_computed_tokens)
-        self._parent_end[req_id] = ((written // self.tokens_per_chunk) * self.tokens_per_chunk, truth)
+        """Remember a finished parent's last fully-written chunk, by the simulator's definition."""
+        aborted = request.status.name == "FINISHED_ABORTED"
+        self._parent_end[req_id] = (last_written_chunk_end(request.num_tokens, request.num_computed_tokens,
+                                                           aborted, self.tokens_per_chunk), truth)
