@@ -311,8 +311,9 @@ class ReferenceConnectorScheduler:
         ``full`` adds the manager's O(capacity) checks."""
         self.jobs.check_invariants()
         self.manager.check_invariants(full)
+        requests = self._requests
         for req_id in self.jobs.request_ids():
-            assert req_id in self._requests, f"I3: {req_id!r} has jobs but no state"
-        if self.fixes.storable_within_allocated:
-            for state in self._requests.values():
-                assert state.next_stored_chunk <= len(state.offload_keys), "store cursor past the known keys"
+            assert req_id in requests, f"I3: {req_id!r} has jobs but no state"
+        if self.fixes.storable_within_allocated:  # every step over every request: one comprehension
+            assert all([state.next_stored_chunk <= len(state.offload_keys) for state in requests.values()]), \
+                "store cursor past the known keys"

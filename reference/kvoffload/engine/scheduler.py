@@ -74,6 +74,7 @@ class SchedulerModel:
         self.processed_seq = 0  # non-empty steps whose output was processed
         self.deferred_frees: deque[tuple[int, list[int]]] = deque()  # (fence, blocks)
         self.blocks_awaiting_load: dict[str, list[int]] = {}  # aborted while loading: freed when it lands
+        self._held_sets: dict[str, list] = {}  # req_id -> [its block list, length seen, set of it]
 
     # ---- arrivals and aborts --------------------------------------------------------------
 
@@ -192,7 +193,7 @@ class SchedulerModel:
                 queue.popleft()
                 live.blocks.extend(pool.allocate(needed))
             else:
-                local_blocks = pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs)
+                local_blocks = pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs, live.req_id)
                 num_local = len(local_blocks) * bs
                 hits, _ = self._timed(self.connector.get_num_new_matched_tokens, req, num_local)
                 if hits is None:  # the connector asks to be asked again
@@ -366,6 +367,8 @@ class SchedulerModel:
         if live in self.kv_holding:
             self.kv_holding.remove(live)
         self.inflight_prefills.pop(live.req_id, None)
+        self.pool.forget_prefix(live.req_id)
+        self._held_sets.pop(live.req_id, None)
         self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
         if load_in_flight:  # the load still writes them
             self.blocks_awaiting_load[live.req_id] = live.blocks
@@ -382,7 +385,7 @@ class SchedulerModel:
 
     def blocks_in_use(self) -> int:
         """Block-table entries of live requests plus blocks whose free is deferred."""
-        in_use = sum(len(live.blocks) for live in self.live.values())
+        in_use = sum([len(live.blocks) for live in self.live.values()])  # a list: faster than a generator
         if self.deferred_frees:
             in_use += sum(len(blocks) for _, blocks in self.deferred_frees)
         if self.blocks_awaiting_load:
@@ -390,5 +393,18 @@ class SchedulerModel:
         return in_use
 
     def blocks_held_by(self, req_id: str) -> set[int] | tuple:
+        """The blocks a live request holds (the fence check asks for each store not yet copied).
+        Block tables only grow while they are the same list (``extend``; a free or an admission
+        puts a new list in place), so the set is kept and grown, not rebuilt each step."""
         owner = self.live.get(req_id)
-        return set(owner.blocks) if owner is not None else ()
+        if owner is None:
+            self._held_sets.pop(req_id, None)
+            return ()
+        blocks = owner.blocks
+        kept = self._held_sets.get(req_id)
+        if kept is None or kept[0] is not blocks:
+            kept = self._held_sets[req_id] = [blocks, len(blocks), set(blocks)]
+        elif kept[1] != len(blocks):
+            kept[2].update(blocks[kept[1]:])
+            kept[1] = len(blocks)
+        return kept[2]
