@@ -307,9 +307,10 @@ class ReferenceConnectorScheduler:
         return self._requests[req_id].next_stored_chunk
 
     def check_invariants(self, full: bool = True) -> None:
-        """Invariants I1-I4 (docs/design.md) over the job indexes (cost: jobs in flight);
-        ``full`` adds the manager's O(capacity) checks."""
-        self.jobs.check_invariants()
+        """Invariants I1-I4 (docs/design.md); without ``full`` the cheap part (counts, the jobs'
+        requests, the store cursors: no set is built), with ``full`` every relation of the job
+        indexes and the manager's O(capacity) checks."""
+        self.jobs.check_invariants(full)
         self.manager.check_invariants(full)
         requests = self._requests
         for req_id in self.jobs.request_ids():
