@@ -94,16 +94,19 @@ class TestBlockPoolReset:
         assert pool.cached_prefix([b"freed"], 1) == freed and pool.cached_prefix([b"held"], 1) == held
 
     def test_with_every_block_free_every_hash_goes(self):
-        pool = BlockPool(8, BS)
-        blocks = pool.allocate(3)
-        pool.commit(blocks, [b"a", b"b", b"c"], 0, 3)
-        pool.free(blocks)
-        order = pool.allocate(7)
-        pool.free(order)
-        assert pool.reset_prefix_cache() is True
-        assert pool.cached_prefix([b"a", b"b", b"c"], 3) == []
-        pool.check_invariants(blocks_in_use=0)
-        assert pool.allocate(7) == order[::-1]  # the free queue keeps its order
+        pools = []
+        for _ in range(2):
+            pool = BlockPool(8, BS)
+            blocks = pool.allocate(3)
+            pool.commit(blocks, [b"a", b"b", b"c"], 0, 3)
+            pool.free(blocks)
+            pools.append(pool)
+        reset, untouched = pools
+        assert reset.reset_prefix_cache() is True
+        assert reset.cached_prefix([b"a", b"b", b"c"], 3) == []
+        assert untouched.cached_prefix([b"a", b"b", b"c"], 3) == blocks
+        reset.check_invariants(blocks_in_use=0)
+        assert reset.allocate(7) == untouched.allocate(7)  # the free queue keeps its order
 
 
 class TestSchedulerReset:
