@@ -50,6 +50,7 @@ class BlockPool:
         # block -> [(walk, index of the block in it)].
         self._walks: dict[Hashable, PrefixWalk] = {}
         self._watchers: dict[BlockId, list[tuple[PrefixWalk, int]]] = {}
+        self._looked_once: set[Hashable] = set()  # keys looked up once (that walk not kept)
 
     @property
     def num_free(self) -> int:
@@ -60,9 +61,10 @@ class BlockPool:
         """Longest run of committed blocks matching ``block_hashes`` from the start, at most
         ``max_blocks``.
 
-        With ``key`` (a request id) the walk is kept and the next call with the same key and
-        hashes list continues where this one stopped: the returned :class:`PrefixWalk` is the
-        pool's own, read-only for the caller (copy it to keep it), valid until the pool changes.
+        With ``key`` (a request id), from the key's second lookup on, the walk is kept and the
+        next call with the same key and hashes list continues where this one stopped: the
+        returned :class:`PrefixWalk` is the pool's own, read-only for the caller (copy it to keep
+        it), valid until the pool changes.
         Taking its blocks (:meth:`take`, the request is admitted) or :meth:`forget_prefix` ends
         it. Without ``key``, a fresh list from a full walk.
         """
@@ -76,6 +78,11 @@ class BlockPool:
                 found.append(blocks[0])
             return found
         walk = self._walks.get(key)
+        if walk is None and key not in self._looked_once:
+            # A first lookup walks plainly: most requests are admitted by it, and keeping (and
+            # then dropping) a walk costs more than the walk. The next lookup keeps its walk.
+            self._looked_once.add(key)
+            return self.cached_prefix(block_hashes, max_blocks)
         if walk is None or walk.hashes is not block_hashes:
             if walk is not None:
                 self._truncate(walk, 0)
@@ -103,6 +110,7 @@ class BlockPool:
 
     def forget_prefix(self, key: Hashable) -> None:
         """Drop the walk kept for ``key`` (its request finished)."""
+        self._looked_once.discard(key)
         walk = self._walks.pop(key, None)
         if walk is not None:
             self._truncate(walk, 0)

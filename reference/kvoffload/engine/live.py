@@ -45,15 +45,15 @@ class LiveRequest:
     loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings
     last_scheduled_seq: int = 0  # the scheduler's non-empty-step counter when it last ran
     admitted: bool = False  # the first admission (for hit-rate metrics) happened
+    req_id: str = field(init=False)  # spec.req_id, a plain attribute: read for every request every step
+
+    def __post_init__(self) -> None:
+        self.req_id = self.spec.req_id
 
     @classmethod
     def create(cls, spec: RequestSpec, block_size: int, arrival_step: int) -> "LiveRequest":
         return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size),
                    truth=spec.prompt_token_ids + spec.output_token_ids, arrival_step=arrival_step)
-
-    @property
-    def req_id(self) -> str:
-        return self.spec.req_id
 
     @property
     def status(self) -> RequestStatus:

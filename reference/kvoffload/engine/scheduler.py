@@ -132,7 +132,7 @@ class SchedulerModel:
                 drafts = 0
                 count = min(remaining, budget)
             needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
-            while needed > self.pool.num_free:
+            while needed > 0 and needed > self.pool.num_free:  # (never when no block is needed)
                 victim = self.running[-1]
                 if not self._can_free(victim):  # a deferred free would not help now
                     break
@@ -141,7 +141,8 @@ class SchedulerModel:
                 preempted.append(victim.req_id)
                 if victim is live:
                     break
-            if live.phase is Phase.WAITING or needed > self.pool.num_free:  # preempted itself, or stuck
+            # preempted itself, or stuck
+            if live.phase is Phase.WAITING or (needed > 0 and needed > self.pool.num_free):
                 break
             if needed > 0:
                 fresh = self.pool.allocate(needed)
@@ -149,7 +150,8 @@ class SchedulerModel:
                 new_blocks[live.req_id] = tuple(fresh)
             samples = req.num_computed_tokens + count >= known
             accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
-            self.commit(live, count)
+            if min(req.num_computed_tokens + count, req.num_tokens) // bs > live.num_committed_blocks:
+                self.commit(live, count)  # (its test inlined: most steps fill no block)
             scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, accepted,
                                        live.generation, prefill=remaining > 1))
             num_scheduled[live.req_id] = count
