@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.engine import spec
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.live import LiveRequest, Phase
@@ -31,6 +32,7 @@ class Scheduled:
     accepted: int  # drafts that survive verification
     generation: int
     prefill: bool
+    drafts: int = 0  # draft positions among num_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,13 +124,9 @@ class SchedulerModel:
             if asynchronous and live.scheduling_cap_reached():
                 index += 1
                 continue
-            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            known = req.num_tokens + (live.placeholders if asynchronous else 0)
             remaining = known - req.num_computed_tokens
-            drafts = cfg.spec_tokens if remaining == 1 and cfg.spec_tokens else 0
-            count = min(remaining + drafts, budget)
-            if count < remaining + drafts:
-                drafts = 0
-                count = min(remaining, budget)
+            count, drafts = spec.running_share(live, remaining, budget)
             needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
             while needed > self.pool.num_free:
                 victim = self.running[-1]
@@ -148,8 +146,8 @@ class SchedulerModel:
             samples = req.num_computed_tokens + count >= known
             accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
             self.commit(live, count)
-            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, accepted,
-                                       live.generation, prefill=remaining > 1))
+            scheduled.append(Scheduled(live, spec.scheduled(live, drafts, accepted), count, samples, accepted,
+                                       live.generation, prefill=remaining > 1, drafts=drafts))
             num_scheduled[live.req_id] = count
             budget -= count
             index += 1
@@ -204,7 +202,7 @@ class SchedulerModel:
                 free = pool.num_free_after_taking(local_blocks)
                 if cfg.reserve_full_isl and full_prompt - len(local_blocks) > free:
                     break
-                if needed > free - (self._inflight_reserved_blocks() if hits else 0):
+                if needed > free - (self._inflight_reserved_blocks() + spec.step_blocks(cfg) if hits else 0):
                     break
                 queue.popleft()
                 parent_id = live.spec.parent
@@ -224,7 +222,7 @@ class SchedulerModel:
             live.phase = Phase.RUNNING
             self.running.append(live)
             new_blocks[live.req_id] = tuple(live.blocks)
-            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            known = req.num_tokens + (live.placeholders if asynchronous else 0)
             samples = req.num_computed_tokens + count >= known
             if req.num_computed_tokens + count < req.num_tokens:
                 self.inflight_prefills[live.req_id] = live
@@ -290,6 +288,7 @@ class SchedulerModel:
         live.phase = Phase.WAITING
         live.generation += 1
         live.pending_outputs = 0
+        spec.forget(live)
         self.waiting.appendleft(live)
         self.observer.preempted(live)
 
@@ -305,6 +304,7 @@ class SchedulerModel:
             live.last_scheduled_seq = seq
             if item.samples and asynchronous:
                 live.pending_outputs += 1
+                spec.after_schedule(live, item.drafts, self.config.spec_tokens)
             if inflight and req.num_computed_tokens >= req.num_tokens:  # no longer a prefill chunk
                 inflight.pop(live.req_id, None)
 
@@ -335,11 +335,10 @@ class SchedulerModel:
                 req.append_tokens(tokens)
                 live.num_outputs += len(tokens)
                 self.observer.sampled(len(tokens))
-                rejected = item.num_tokens - 1 - item.accepted if not item.prefill else 0
-                req.num_computed_tokens -= rejected
+                spec.verified(live, item.drafts, item.accepted, len(tokens), asynchronous, self.config.spec_tokens)
                 # AsyncScheduler._update_request_with_output -> cache_blocks (only when a block filled)
-                if asynchronous and (req.num_computed_tokens - live.pending_outputs) // bs > live.num_committed_blocks:
-                    self.commit_computed(live, req.num_computed_tokens - live.pending_outputs)
+                if asynchronous and (req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks:
+                    self.commit_computed(live, req.num_computed_tokens - live.placeholders)
             if live.num_outputs >= live.spec.max_tokens:
                 status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
                 self.finish(live, status, step)

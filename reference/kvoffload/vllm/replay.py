@@ -195,8 +195,9 @@ class VllmSchedulerReplay:
         worker.bind_connector_metadata(meta)
         writes, accepted = [], {}
         drafts_of = scheduler_output.scheduled_spec_decode_tokens
+        shift = self._rejected_in_flight(scheduler_output)
         for req_id, count in scheduler_output.num_scheduled_tokens.items():
-            sequence, start = self._sequences[req_id], computed[req_id]
+            sequence, start = self._sequences[req_id], computed[req_id] - shift.get(req_id, 0)
             drafts = len(drafts_of.get(req_id, ()))
             real = count - drafts
             values = sequence.written(start, real)
@@ -223,6 +224,18 @@ class VllmSchedulerReplay:
         # Which requests sample is fixed now (a partial prefill chunk does not).
         samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
         return step, scheduler_output, output, samples, accepted
+
+    def _rejected_in_flight(self, scheduler_output) -> dict[str, int]:
+        """Async: the drafts the step still in flight rejected, per request scheduled again. The
+        scheduler counted them as computed; vLLM's GPU model runner corrects its positions by the
+        previous step's rejections (``GPUModelRunner._update_states``, ``prev_num_draft_len``)."""
+        if self._pending is None:
+            return {}
+        _, previous, _, _, accepted = self._pending
+        fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
+        fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
+        drafts = previous.scheduled_spec_decode_tokens
+        return {req_id: len(drafts[req_id]) - count for req_id, count in accepted.items() if req_id not in fresh}
 
     def _accepted_drafts(self, req_id: str, drafts: int) -> int:
         """The workload's scripted acceptance (else the seeded model), capped so that the bonus
@@ -273,8 +286,8 @@ class VllmSchedulerReplay:
             request = self._requests[req_id]
             if req_id not in self._finished and request.is_finished():
                 self._on_finished(req_id, step)
-            elif self.engine.spec_tokens and req_id in samples and not request.is_finished():
-                drafts.append(req_id)
+            elif self.engine.spec_tokens and req_id in samples and not self.config.scheduler_config.async_scheduling:
+                drafts.append(req_id)  # async: the scheduler keeps placeholder drafts itself
         if drafts:
             proposal = [[FILLER_TOKEN] * self.engine.spec_tokens for _ in drafts]
             self.scheduler.update_draft_token_ids(DraftTokenIds(drafts, proposal))
