@@ -175,3 +175,19 @@ class TestAsyncDrafts:
         update(scheduler, 0, prefill)  # an earlier generation's output: dropped
         out, (again,) = schedule(scheduler, 2)
         assert out.num_scheduled_tokens == {"R": 4} and again.start == 0 and again.drafts == 0
+
+    def test_acceptance_counts_the_tokens_still_in_flight(self):
+        """The scripted acceptance is cut so that the bonus token exists (the script's end). The
+        step scheduled while the prefill's token is in flight may accept 2 of 3 drafts, not 3:
+        prefill token + 2 accepted + bonus = the 4 outputs. Were the in-flight token forgotten,
+        the step would overrun the script and the next one would start past its end."""
+        scheduler = model(spec_tokens=3, scheduling="async")
+        live = arrive(scheduler, prompt=4, output=4, accepts=(3,))
+        _, prefill = schedule(scheduler, 0)
+        _, (step1,) = schedule(scheduler, 1)
+        assert step1.accepted == 2
+        update(scheduler, 0, prefill)
+        _, (step2,) = schedule(scheduler, 2)  # might the request still fall short? vLLM cannot tell
+        assert step2.start == len(live.truth) - 1 and step2.accepted == 0
+        update(scheduler, 1, [step1])
+        assert live.num_outputs == 4 and live.req.num_tokens == len(live.truth)

@@ -78,5 +78,7 @@ class LiveRequest:
             while accepted < k and rng.random() < acceptance:
                 accepted += 1
         self.spec_steps += 1
-        # Never accept past the scripted output: the bonus token must exist.
-        return max(0, min(accepted, k, self.spec.max_tokens - self.num_outputs - 1))
+        # Never accept past the scripted output: the bonus token must exist. Async: the tokens of
+        # the step still in flight count (its acceptance is known; its update is not processed).
+        in_flight = self.placeholders - self.rejected_in_flight
+        return max(0, min(accepted, k, self.spec.max_tokens - self.num_outputs - in_flight - 1))

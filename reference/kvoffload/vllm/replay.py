@@ -195,14 +195,15 @@ class VllmSchedulerReplay:
         worker.bind_connector_metadata(meta)
         writes, accepted = [], {}
         drafts_of = scheduler_output.scheduled_spec_decode_tokens
-        shift = self._rejected_in_flight(scheduler_output)
+        in_flight = self._in_flight(scheduler_output)
         for req_id, count in scheduler_output.num_scheduled_tokens.items():
-            sequence, start = self._sequences[req_id], computed[req_id] - shift.get(req_id, 0)
+            produced, rejected = in_flight.get(req_id, (0, 0))
+            sequence, start = self._sequences[req_id], computed[req_id] - rejected
             drafts = len(drafts_of.get(req_id, ()))
             real = count - drafts
             values = sequence.written(start, real)
             if drafts:
-                accepted[req_id] = self._accepted_drafts(req_id, drafts)
+                accepted[req_id] = self._accepted_drafts(req_id, drafts, produced)
                 values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
             writes.append((self.tables.tables[req_id], start, values))
@@ -225,21 +226,24 @@ class VllmSchedulerReplay:
         samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
         return step, scheduler_output, output, samples, accepted
 
-    def _rejected_in_flight(self, scheduler_output) -> dict[str, int]:
-        """Async: the drafts the step still in flight rejected, per request scheduled again. The
-        scheduler counted them as computed; vLLM's GPU model runner corrects its positions by the
-        previous step's rejections (``GPUModelRunner._update_states``, ``prev_num_draft_len``)."""
+    def _in_flight(self, scheduler_output) -> dict[str, tuple[int, int]]:
+        """Async: per request scheduled again, the tokens the step still in flight produces and
+        the drafts it rejected. The scheduler counted those drafts as computed; vLLM's GPU model
+        runner corrects its positions by the previous step's rejections
+        (``GPUModelRunner._update_states``, ``prev_num_draft_len``)."""
         if self._pending is None:
             return {}
-        _, previous, _, _, accepted = self._pending
+        _, previous, _, samples, accepted = self._pending
         fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
         fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
         drafts = previous.scheduled_spec_decode_tokens
-        return {req_id: len(drafts[req_id]) - count for req_id, count in accepted.items() if req_id not in fresh}
+        return {req_id: (accepted.get(req_id, 0) + 1, len(drafts.get(req_id, ())) - accepted.get(req_id, 0))
+                for req_id in samples if req_id not in fresh}
 
-    def _accepted_drafts(self, req_id: str, drafts: int) -> int:
+    def _accepted_drafts(self, req_id: str, drafts: int, in_flight: int) -> int:
         """The workload's scripted acceptance (else the seeded model), capped so that the bonus
-        token stays inside the script (the simulator's rule, ``LiveRequest.accepted_drafts``)."""
+        token stays inside the script, counting the ``in_flight`` tokens of the step not yet
+        processed (the simulator's rule, ``LiveRequest.accepted_drafts``)."""
         spec, request = self.specs[req_id], self._requests[req_id]
         counts = spec.accept_counts
         if counts:
@@ -249,7 +253,7 @@ class VllmSchedulerReplay:
             while accepted < drafts and self.rng.random() < self.engine.spec_acceptance:
                 accepted += 1
         self._spec_steps[req_id] += 1
-        return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - 1))
+        return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - in_flight - 1))
 
     def _check_load(self, step: int, req_id: str) -> None:
         """The load landed: every slot it wrote must hold the fingerprint of its true prefix."""
