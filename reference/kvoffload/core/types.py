@@ -1,6 +1,6 @@
 """Identifiers and the frozen values that cross the engine / connector / worker boundaries.
 
-Pure Python: nothing here imports torch or vllm.
+Nothing here imports torch or vllm (numpy only, for token buffers).
 
 Direction of travel, one engine step:
 
@@ -20,6 +20,8 @@ from array import array
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, Sequence
 
+import numpy as np
+
 ReqId = str
 JobId = int
 BlockId = int  # GPU block id; 0 is the null block, never handed to a request
@@ -30,6 +32,20 @@ NULL_BLOCK: BlockId = 0
 
 _HASH_KEY = b"kvoffload-bench/block-hash/v1"
 _ROOT_HASH = b"\x00" * 16
+# The keyed state before any data: copying it skips the key block that a fresh keyed BLAKE2b
+# compresses first, so a block hash costs one copy, two updates and a digest.
+_KEYED = hashlib.blake2b(digest_size=16, key=_HASH_KEY)
+_TOKEN_BYTES = 8  # tokens are hashed as int64, in the machine's byte order (array("q"))
+
+
+def token_bytes(token_ids: Sequence[int]) -> memoryview:
+    """The int64 bytes of ``token_ids``, without copying when they already are an int64 array
+    (``array("q")`` or a contiguous numpy int64 array)."""
+    if isinstance(token_ids, array) and token_ids.typecode == "q":
+        return memoryview(token_ids).cast("B")
+    if isinstance(token_ids, np.ndarray):
+        return memoryview(np.ascontiguousarray(token_ids, dtype=np.int64)).cast("B")
+    return memoryview(array("q", token_ids)).cast("B")
 
 
 def chain_block_hash(parent: bytes | None, token_ids: Sequence[int]) -> bytes:
@@ -38,18 +54,33 @@ def chain_block_hash(parent: bytes | None, token_ids: Sequence[int]) -> bytes:
     A keyed BLAKE2b over (parent hash, int64 token ids): equal prefixes give equal hashes, and
     the value does not depend on PYTHONHASHSEED or the process.
     """
-    h = hashlib.blake2b(digest_size=16, key=_HASH_KEY)
+    h = _KEYED.copy()
     h.update(parent if parent is not None else _ROOT_HASH)
-    h.update(array("q", token_ids).tobytes())
+    h.update(token_bytes(token_ids))
     return h.digest()
 
 
 def extend_block_hashes(hashes: list[bytes], token_ids: Sequence[int], block_size: int) -> None:
-    """Append hashes for every block of ``token_ids`` that became full since the last call."""
-    parent = hashes[-1] if hashes else None
-    for start in range(len(hashes) * block_size, len(token_ids) - block_size + 1, block_size):
-        parent = chain_block_hash(parent, token_ids[start : start + block_size])
-        hashes.append(parent)
+    """Append hashes for every block of ``token_ids`` that became full since the last call.
+
+    Incremental: only the blocks after ``hashes`` are read. Values equal ``chain_block_hash``
+    block by block; the loop hashes slices of one int64 buffer instead of converting each block.
+    """
+    start = len(hashes) * block_size
+    num_new = (len(token_ids) - start) // block_size
+    if num_new <= 0:
+        return
+    data = token_bytes(token_ids[start : start + num_new * block_size])
+    parent = hashes[-1] if hashes else _ROOT_HASH
+    step = block_size * _TOKEN_BYTES
+    copy = _KEYED.copy
+    append = hashes.append
+    for offset in range(0, num_new * step, step):
+        h = copy()
+        h.update(parent)
+        h.update(data[offset : offset + step])
+        parent = h.digest()
+        append(parent)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -231,4 +262,5 @@ __all__ = [
     "cdiv",
     "chain_block_hash",
     "extend_block_hashes",
+    "token_bytes",
 ]
