@@ -19,16 +19,18 @@ BS = 4
 
 
 class OneHitConnector:
-    """Answers every lookup with ``hits`` connector tokens (an async load)."""
+    """Answers the lookups of ``loads`` (every request if None) with ``hits`` connector tokens."""
 
-    def __init__(self, hits: int = 0):
+    def __init__(self, hits: int = 0, loads: tuple[str, ...] | None = None):
         self.hits = hits
+        self.loads = loads
 
     def on_new_request(self, req) -> None:
         pass
 
     def get_num_new_matched_tokens(self, req, num_local):
-        return self.hits, bool(self.hits)
+        hits = self.hits if self.loads is None or req.req_id in self.loads else 0
+        return hits, bool(hits)
 
     def update_state_after_alloc(self, req, block_ids, num_external_tokens) -> None:
         pass
@@ -104,6 +106,60 @@ class TestSyncDrafts:
             loading = arrive(scheduler, prompt=12)  # the hit needs 2 blocks: exactly the 2 free
             schedule(scheduler, 0)
             assert (loading.phase is Phase.LOADING) is admitted, k
+
+
+    def test_a_request_that_did_not_get_its_blocks_keeps_its_drafts(self):
+        """spec_token_ids are cleared only for a request that is scheduled. Async, 3 usable
+        blocks: A takes the last free one for its drafts; B (the newest) cannot get one and cannot
+        be preempted either (its blocks are still written by the step in flight), so it waits,
+        drafts kept."""
+        scheduler = model(spec_tokens=3, scheduling="async", gpu_blocks=4)
+        arrive(scheduler, prompt=4, req_id="A")
+        waiting = arrive(scheduler, prompt=4, req_id="B")
+        schedule(scheduler, 0)
+        out, _ = schedule(scheduler, 1)
+        assert out.num_scheduled_tokens == {"A": 4} and waiting.phase is Phase.RUNNING
+        assert waiting.draft_slots == 3
+
+
+class TestDecodePadding:
+    """schedule(), waiting side: ``pad_spec_decode`` -- a request admitted with one token to
+    compute is scheduled for a whole decode step, 1 + k, its drafts placeholders (-1)."""
+
+    def loaded(self, scheduler, prompt=9):
+        """Admitted with an 8-token load; it lands with one prompt token left to compute."""
+        live = arrive(scheduler, prompt=prompt, accepts=(3,), req_id="L")
+        schedule(scheduler, 0)
+        scheduler.load_landed(live, 0)
+        return live
+
+    def test_a_landed_load_with_one_token_left_runs_a_whole_decode_step(self):
+        scheduler = model(OneHitConnector(8), spec_tokens=3)
+        live = self.loaded(scheduler)
+        out, (step,) = schedule(scheduler, 1)
+        assert out.num_scheduled_tokens == {"L": 4} and step.drafts == 3
+        assert step.accepted == 0 and live.spec_steps == 0  # padding: never accepted, no script used
+        update(scheduler, 1, [step])
+        assert live.req.num_tokens == 10 and live.req.num_computed_tokens == 9
+
+    def test_not_while_a_running_request_continues_its_prefill(self):
+        """``and not prefill_scheduled``: R's second prompt chunk runs in the same step, so L
+        runs its one token alone (the 4 tokens would fit the budget)."""
+        scheduler = model(OneHitConnector(8, loads=("L",)), spec_tokens=3, max_num_batched_tokens=8)
+        live = arrive(scheduler, prompt=9, accepts=(3,), req_id="L")
+        arrive(scheduler, prompt=12, req_id="R")
+        out, _ = schedule(scheduler, 0)
+        assert out.num_scheduled_tokens == {"R": 8} and live.phase is Phase.LOADING
+        scheduler.load_landed(live, 0)
+        out, _ = schedule(scheduler, 1)
+        assert out.num_scheduled_tokens == {"R": 4, "L": 1}
+
+    def test_a_padded_step_that_does_not_fit_the_budget_ends_admission(self):
+        """``if padded_num_tokens > request_token_budget: break``."""
+        scheduler = model(OneHitConnector(8), spec_tokens=3, max_num_batched_tokens=3)
+        live = self.loaded(scheduler)
+        out, _ = schedule(scheduler, 1)
+        assert out.num_scheduled_tokens == {} and live.phase is Phase.LOADED
 
 
 class TestAsyncDrafts:

@@ -44,6 +44,7 @@ class LiveRequest:
     placeholders: int = 0  # async: num_output_placeholders (1 + drafts per step in flight)
     draft_slots: int = 0  # len(spec_token_ids): drafts the next decode step may verify
     rejected_in_flight: int = 0  # drafts rejected by steps not processed yet (positions shift)
+    prefill_chunk: bool = False  # is_prefill_chunk when this step's schedule reached it
     generation: int = 0  # bumped by preemption: outputs scheduled before it are dropped
     spec_steps: int = 0  # decode steps with drafts so far (indexes accept_counts)
     loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings

@@ -170,10 +170,12 @@ class SchedulerModel:
             if req.num_computed_tokens + count < req.num_tokens:  # a chunked prefill: its rest is reserved
                 self.inflight_prefills[live.req_id] = live
             self.commit(live, count)
-            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, 0, live.generation,
-                                       prefill=True))
+            drafts = max(0, req.num_computed_tokens + count - req.num_tokens)  # padding (spec.DecodePadding)
+            scheduled.append(Scheduled(live, spec.scheduled(live, drafts, 0), count, samples, 0, live.generation,
+                                       prefill=not drafts, drafts=drafts))
             num_scheduled[live.req_id] = count
 
+        self.admission.padding = spec.DecodePadding(self.config, scheduled)
         self.admission.admit(budget, join_step)
 
     def commit_computed(self, live: LiveRequest, num_tokens: int) -> None:

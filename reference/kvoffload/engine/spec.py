@@ -40,12 +40,36 @@ def running_share(live: LiveRequest, remaining: int, budget: int) -> tuple[int, 
     """(tokens, drafts) a running request is scheduled for: its ``remaining`` known tokens plus
     its draft slots, cut at the budget; the drafts are what lies past the known tokens."""
     count = min(remaining + live.draft_slots, budget)
-    live.draft_slots = 0  # spec_token_ids = [] once scheduled; refilled after the step
+    live.prefill_chunk = not live.draft_slots  # with k > 0 only a sampled step leaves drafts
     return count, max(0, count - remaining)
 
 
+class DecodePadding:
+    """Admission pads a request with one token left to a whole decode step of ``1 + k`` tokens,
+    its k drafts placeholders that are never accepted (vLLM 0.32 ``Scheduler.schedule``,
+    ``pad_spec_decode``: it keeps the batch uniform for full CUDA graphs). Only in a step where no
+    running request continued a prefill, and only for a request with computed tokens (a landed
+    load, a prefix hit) or next to running requests; one whose padded step does not fit the
+    budget ends admission for the step."""
+
+    def __init__(self, config: EngineConfig, running: list):
+        self.k = config.spec_tokens
+        self.running_scheduled = bool(running)
+        self.on = bool(self.k) and not any(item.live.prefill_chunk for item in running)
+
+    def count(self, remaining: int, computed: int, count: int, budget: int) -> int | None:
+        """The tokens to schedule for a request with ``remaining`` tokens to compute (``count``
+        unpadded); None: admission stops here."""
+        if not self.on or remaining != 1 or not (self.running_scheduled or computed):
+            return count
+        return 1 + self.k if 1 + self.k <= budget else None
+
+
 def scheduled(live: LiveRequest, drafts: int, accepted: int) -> int:
-    """The first position the step really writes; records its rejections as in flight."""
+    """The request is in the step: its draft slots are used up (``spec_token_ids = []``; a request
+    that did not get its blocks keeps them), its rejections are in flight from now on. Returns the
+    first position the step really writes."""
+    live.draft_slots = 0
     start = live.req.num_computed_tokens - live.rejected_in_flight
     live.rejected_in_flight += drafts - accepted
     return start

@@ -195,15 +195,17 @@ class VllmSchedulerReplay:
         worker.bind_connector_metadata(meta)
         writes, accepted = [], {}
         drafts_of = scheduler_output.scheduled_spec_decode_tokens
-        in_flight = self._in_flight(scheduler_output)
+        fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
+        fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
+        in_flight = self._in_flight(fresh)
         for req_id, count in scheduler_output.num_scheduled_tokens.items():
             produced, rejected = in_flight.get(req_id, (0, 0))
             sequence, start = self._sequences[req_id], computed[req_id] - rejected
             drafts = len(drafts_of.get(req_id, ()))
             real = count - drafts
             values = sequence.written(start, real)
-            if drafts:
-                accepted[req_id] = self._accepted_drafts(req_id, drafts, produced)
+            if drafts:  # a request admitted this step has padding, never accepted (pad_spec_decode)
+                accepted[req_id] = 0 if req_id in fresh else self._accepted_drafts(req_id, drafts, produced)
                 values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
             writes.append((self.tables.tables[req_id], start, values))
@@ -226,7 +228,7 @@ class VllmSchedulerReplay:
         samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
         return step, scheduler_output, output, samples, accepted
 
-    def _in_flight(self, scheduler_output) -> dict[str, tuple[int, int]]:
+    def _in_flight(self, fresh: set[str]) -> dict[str, tuple[int, int]]:
         """Async: per request scheduled again, the tokens the step still in flight produces and
         the drafts it rejected. The scheduler counted those drafts as computed; vLLM's GPU model
         runner corrects its positions by the previous step's rejections
@@ -234,8 +236,6 @@ class VllmSchedulerReplay:
         if self._pending is None:
             return {}
         _, previous, _, samples, accepted = self._pending
-        fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
-        fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
         drafts = previous.scheduled_spec_decode_tokens
         return {req_id: (accepted.get(req_id, 0) + 1, len(drafts.get(req_id, ())) - accepted.get(req_id, 0))
                 for req_id in samples if req_id not in fresh}
