@@ -307,12 +307,14 @@ class ReferenceConnectorScheduler:
         return self._requests[req_id].next_stored_chunk
 
     def check_invariants(self, full: bool = True) -> None:
-        """Invariants I1-I4 (docs/design.md) over the job indexes (cost: jobs in flight);
-        ``full`` adds the manager's O(capacity) checks."""
-        self.jobs.check_invariants()
+        """Invariants I1-I4 (docs/design.md); without ``full`` the cheap part (counts, the jobs'
+        requests, the store cursors: no set is built), with ``full`` every relation of the job
+        indexes and the manager's O(capacity) checks."""
+        self.jobs.check_invariants(full)
         self.manager.check_invariants(full)
+        requests = self._requests
         for req_id in self.jobs.request_ids():
-            assert req_id in self._requests, f"I3: {req_id!r} has jobs but no state"
-        if self.fixes.storable_within_allocated:
-            for state in self._requests.values():
-                assert state.next_stored_chunk <= len(state.offload_keys), "store cursor past the known keys"
+            assert req_id in requests, f"I3: {req_id!r} has jobs but no state"
+        if self.fixes.storable_within_allocated:  # every step over every request: one comprehension
+            assert all([state.next_stored_chunk <= len(state.offload_keys) for state in requests.values()]), \
+                "store cursor past the known keys"

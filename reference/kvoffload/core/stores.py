@@ -49,16 +49,14 @@ class StorePlanner:
         jobs: list[TransferJob] = []
         state_of = requests.get
         if self._cursor_monotonic:
-            for req_id, num_scheduled in out.num_scheduled_tokens.items():
-                state = state_of(req_id)
-                if state is None:
-                    continue
-                req = state.req
-                # The common decode step: the watermark, min(computed + scheduled, num_tokens),
-                # stays short of the end of the next chunk to store. Nothing to do.
-                boundary = state.store_boundary
-                if req.num_computed_tokens + num_scheduled < boundary or len(req.all_token_ids) < boundary:
-                    continue
+            # The common decode step: the watermark, min(computed + scheduled, num_tokens), stays
+            # short of the end of the next chunk to store. Nothing to do: one comprehension
+            # filters those out (it runs over every scheduled request, every step).
+            due = [(state, num_scheduled) for req_id, num_scheduled in out.num_scheduled_tokens.items()
+                   if (state := state_of(req_id)) is not None
+                   and state.req.num_computed_tokens + num_scheduled >= state.store_boundary
+                   and len(state.req.all_token_ids) >= state.store_boundary]
+            for state, num_scheduled in due:
                 self._store_request(state, num_scheduled, allocated, flush, jobs)
         else:  # a rewinding cursor (vLLM 0.25) must see every request, behind its cursor or not
             for req_id, num_scheduled in out.num_scheduled_tokens.items():
