@@ -18,7 +18,7 @@ def chained(tokens: list[int]) -> list[bytes]:
 
 
 requests = st.lists(st.lists(st.integers(0, 1), min_size=1, max_size=7), min_size=2, max_size=4)
-operations = st.lists(st.tuples(st.sampled_from(["run", "admit", "free", "look", "grow", "reset", "forget"]),
+operations = st.lists(st.tuples(st.sampled_from(["run", "admit", "free", "look", "grow", "reset", "uncache", "forget"]),
                                 st.integers(0, 3), st.integers(0, 7)), max_size=40)
 
 
@@ -45,8 +45,10 @@ def test_a_kept_walk_always_equals_the_full_walk(prompts, ops):
         elif op == "grow":  # the request's sequence grew (a preempted request's outputs)
             tokens = list(hashes[r][-1]) + [amount % 2]
             hashes[r].append(bytes(tokens))
-        elif op == "reset":
+        elif op == "uncache":
             pool.uncache_free_blocks()
+        elif op == "reset":  # refused while blocks are in use
+            assert pool.reset_prefix_cache() == (not tables)
         elif op == "forget":
             pool.forget_prefix(r)
         limit = min(amount, len(hashes[r]))
@@ -80,3 +82,15 @@ def test_a_block_committed_later_extends_the_walk():
     rest = pool.allocate(2)
     pool.commit(first + rest, prompt, 1, 3)
     assert list(pool.cached_prefix(prompt, 3, key="W")) == first + rest
+
+
+def test_a_prefix_cache_reset_ends_every_walk():
+    pool = BlockPool(6, 1)
+    prompt = chained([1, 0])
+    blocks = pool.allocate(2)
+    pool.commit(blocks, prompt, 0, 2)
+    pool.free(blocks)
+    assert list(pool.cached_prefix(prompt, 2, key="W")) == blocks
+    assert pool.reset_prefix_cache()
+    assert list(pool.cached_prefix(prompt, 2, key="W")) == [] == pool.cached_prefix(prompt, 2)
+    pool.check_invariants(0)

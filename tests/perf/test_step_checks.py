@@ -77,3 +77,44 @@ def test_a_lost_job_is_reported_at_the_next_step():
     first = record.invariant_violations[0] if record.invariant_violations else None
     assert first is not None and first["rule"] == "connector" and first["step"] == seen[0]
     assert first["message"].startswith("I1")
+
+
+def test_a_store_cursor_moved_past_the_keys_is_reported_in_its_step():
+    from kvoffload.core import stores
+
+    engine = small_engine("sync")
+    planted = []
+    store_request = stores.StorePlanner._store_request
+
+    def overshooting(planner, state, *args):
+        before = state.next_stored_chunk
+        store_request(planner, state, *args)
+        if not planted and state.next_stored_chunk > before and engine._step >= 20:
+            planted.append(engine._step)  # a cursor bug: the store path moves it past the keys
+            state.next_stored_chunk = len(state.offload_keys) + 3
+
+    stores.StorePlanner._store_request = overshooting
+    try:
+        record = engine.run()
+    finally:
+        stores.StorePlanner._store_request = store_request
+    first = record.invariant_violations[0]
+    assert (first["rule"], first["step"], first["message"]) == ("connector", planted[0], "store cursor past the known keys")
+
+
+def test_without_checks_the_moved_cursors_stay_bounded_and_the_next_check_sees_every_cursor():
+    from kvoffload.core import scheduler as connector_module
+
+    workload = load_workload("multi-turn-small", {"scheduling": "sync"})
+    engine = Engine(workload.requests, workload.engine, Fixes(), check_invariants=False)
+    connector = engine.connector
+    connector_module.MOVED_KEPT, kept = 8, connector_module.MOVED_KEPT
+    try:
+        seen = []
+        engine.on_step = lambda step, finished: seen.append(len(connector._cursor_moved))
+        engine.run()
+    finally:
+        connector_module.MOVED_KEPT = kept
+    assert max(seen) <= 8 + 64 and connector._check_every_cursor  # overflowed, so: all next time
+    connector.check_invariants(full=False)
+    assert not connector._check_every_cursor and connector._cursor_moved == []

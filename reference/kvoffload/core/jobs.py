@@ -160,6 +160,10 @@ class JobRegistry:
     def request_ids(self) -> tuple[ReqId, ...]:
         return tuple(self._jobs_by_request)
 
+    def request_keys(self):
+        """The requests with jobs, as a live keys view (set operations at C speed, no copy)."""
+        return self._jobs_by_request.keys()
+
     def has_jobs(self, req_id: ReqId) -> bool:
         return req_id in self._jobs_by_request
 

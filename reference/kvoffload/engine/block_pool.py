@@ -197,6 +197,8 @@ class BlockPool:
         keeps its order."""
         if len(self._free) != self.num_blocks - 1:
             return False
+        for walk in self._walks.values():  # every block it found loses its hash
+            self._truncate(walk, 0)
         self._blocks_of_hash.clear()
         self._hash_of = [None] * self.num_blocks
         return True

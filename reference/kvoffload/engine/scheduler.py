@@ -327,8 +327,12 @@ class SchedulerModel:
     # ---- state for the engine -----------------------------------------------------------------
 
     def blocks_in_use(self) -> int:
-        """Block-table entries of live requests plus blocks whose free is deferred."""
-        in_use = sum([len(live.blocks) for live in self.live.values()])  # a list: faster than a generator
+        """Block-table entries of live requests plus blocks whose free is deferred or that an
+        aborted request's load still writes. Only running and KV-holding requests hold blocks (a
+        waiting one holds none: preemption frees them, admission allocates as it leaves the
+        queue), so the sum runs over those: O(running), not O(waiting), every step. A waiting
+        request that kept blocks would show as blocks referenced by no request."""
+        in_use = sum([len(live.blocks) for live in self.running]) + sum([len(live.blocks) for live in self.kv_holding])
         if self.deferred_frees:
             in_use += sum(len(blocks) for _, blocks in self.deferred_frees)
         if self.blocks_awaiting_load:
