@@ -14,6 +14,7 @@ from collections import deque
 from typing import Callable, NamedTuple
 
 from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.engine import spec
 from kvoffload.engine.admission import Admission
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
@@ -32,6 +33,7 @@ class Scheduled(NamedTuple):
     accepted: int  # drafts that survive verification
     generation: int
     prefill: bool
+    drafts: int = 0  # draft positions among num_tokens
 
 
 class StepOutput(NamedTuple):
@@ -124,13 +126,9 @@ class SchedulerModel:
             if asynchronous and live.scheduling_cap_reached():
                 index += 1
                 continue
-            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            known = req.num_tokens + (live.placeholders if asynchronous else 0)
             remaining = known - req.num_computed_tokens
-            drafts = cfg.spec_tokens if remaining == 1 and cfg.spec_tokens else 0
-            count = min(remaining + drafts, budget)
-            if count < remaining + drafts:
-                drafts = 0
-                count = min(remaining, budget)
+            count, drafts = spec.running_share(live, remaining, budget)
             needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
             while needed > 0 and needed > self.pool.num_free:  # (never when no block is needed)
                 victim = self.running[-1]
@@ -152,8 +150,8 @@ class SchedulerModel:
             accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
             if min(req.num_computed_tokens + count, req.num_tokens) // bs > live.num_committed_blocks:
                 self.commit(live, count)  # (its test inlined: most steps fill no block)
-            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, accepted,
-                                       live.generation, prefill=remaining > 1))
+            scheduled.append(Scheduled(live, spec.scheduled(live, drafts, accepted), count, samples, accepted,
+                                       live.generation, prefill=remaining > 1, drafts=drafts))
             num_scheduled[live.req_id] = count
             budget -= count
             index += 1
@@ -168,15 +166,17 @@ class SchedulerModel:
             live.phase = Phase.RUNNING
             self.running.append(live)
             new_blocks[live.req_id] = tuple(live.blocks)
-            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            known = req.num_tokens + (live.placeholders if asynchronous else 0)
             samples = req.num_computed_tokens + count >= known
             if req.num_computed_tokens + count < req.num_tokens:  # a chunked prefill: its rest is reserved
                 self.inflight_prefills[live.req_id] = live
             self.commit(live, count)
-            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, 0, live.generation,
-                                       prefill=True))
+            drafts = max(0, req.num_computed_tokens + count - req.num_tokens)  # padding (spec.DecodePadding)
+            scheduled.append(Scheduled(live, spec.scheduled(live, drafts, 0), count, samples, 0, live.generation,
+                                       prefill=not drafts, drafts=drafts))
             num_scheduled[live.req_id] = count
 
+        self.admission.padding = spec.DecodePadding(self.config, scheduled)
         self.admission.admit(budget, join_step)
 
     def commit_computed(self, live: LiveRequest, num_tokens: int) -> None:
@@ -223,6 +223,7 @@ class SchedulerModel:
         live.phase = Phase.WAITING
         live.generation += 1
         live.pending_outputs = 0
+        spec.forget(live)
         self.waiting.appendleft(live)
         self.observer.preempted(live)
 
@@ -238,6 +239,7 @@ class SchedulerModel:
             live.last_scheduled_seq = seq
             if item.samples and asynchronous:
                 live.pending_outputs += 1
+                spec.after_schedule(live, item.drafts, self.config.spec_tokens)
             if inflight and req.num_computed_tokens >= req.num_tokens:  # no longer a prefill chunk
                 inflight.pop(live.req_id, None)
 
@@ -268,11 +270,10 @@ class SchedulerModel:
                 req.append_tokens(tokens)
                 live.num_outputs += len(tokens)
                 self.observer.sampled(len(tokens))
-                rejected = item.num_tokens - 1 - item.accepted if not item.prefill else 0
-                req.num_computed_tokens -= rejected
+                spec.verified(live, item.drafts, item.accepted, len(tokens), asynchronous, self.config.spec_tokens)
                 # AsyncScheduler._update_request_with_output -> cache_blocks (only when a block filled)
-                if asynchronous and (req.num_computed_tokens - live.pending_outputs) // bs > live.num_committed_blocks:
-                    self.commit_computed(live, req.num_computed_tokens - live.pending_outputs)
+                if asynchronous and (req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks:
+                    self.commit_computed(live, req.num_computed_tokens - live.placeholders)
             if live.num_outputs >= live.spec.max_tokens:
                 status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
                 self.finish(live, status, step)
