@@ -181,6 +181,8 @@ class KVOracle:
                 # whoever writes it writes the same prefix. The hazard is a block handed on.
                 if block not in held:
                     readers.setdefault(block, set()).add(job.req_id)
+        if not readers:  # every pending store reads blocks its request still holds: nothing to hit
+            return []
         violations = []
         load_writes = [(job.req_id, job.gpu_block_ids, "load") for job in plan.load_jobs]
         for writer, blocks, kind in [(r, b, "forward") for r, b in writes.items()] + load_writes:
@@ -196,7 +198,8 @@ class KVOracle:
         end = (job.chunk_indices[-1] + 1) * tpc
         blocks = np.asarray(job.gpu_block_ids, dtype=np.int64)
         slots = (blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
-        held = self._slot_fp[torch.from_numpy(slots)].numpy()
+        held = self._slot_fp_np[slots] if self._slot_fp_np is not None \
+            else self._slot_fp[torch.from_numpy(slots)].cpu().numpy()
         expected = self._fp[live.req_id][start:end]
         bad = held != expected
         if not bad.any():
