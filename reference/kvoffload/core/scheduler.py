@@ -125,8 +125,9 @@ class ReferenceConnectorScheduler:
         end_chunk = keyed_end // tpc
         hit_chunks, pending = 0, False
         lookup, MISS, PENDING = self.manager.lookup, LookupResult.MISS, LookupResult.HIT_PENDING
-        for key in state.offload_keys[first_chunk:end_chunk]:
-            result = lookup(key)
+        keys = state.offload_keys
+        for index in range(first_chunk, end_chunk):  # no slice: the walk usually stops early
+            result = lookup(keys[index])
             if result is MISS:
                 break
             pending |= result is PENDING
