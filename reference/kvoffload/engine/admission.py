@@ -101,7 +101,7 @@ class Admission:
     def _admit_new(self, live: LiveRequest, budget: int) -> tuple[Outcome, int]:
         """A new or preempted request: GPU prefix hit, connector hit, then the allocation."""
         req, bs = live.req, self.config.block_size
-        local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs)
+        local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs, live.req_id)
         num_local = len(local_blocks) * bs
         observer = self.scheduler.observer
         hits, _ = observer.timed(self.scheduler.connector.get_num_new_matched_tokens, req, num_local)

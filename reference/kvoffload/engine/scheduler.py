@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
@@ -23,9 +22,9 @@ from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 
 
-@dataclass(frozen=True, slots=True)
-class Scheduled:
-    """One request's share of a step, fixed at schedule time."""
+class Scheduled(NamedTuple):
+    """One request's share of a step, fixed at schedule time (immutable; a NamedTuple rather than
+    a frozen dataclass: one per scheduled request per step, built at C speed)."""
 
     live: LiveRequest
     start: int  # first position written
@@ -37,8 +36,7 @@ class Scheduled:
     drafts: int = 0  # draft positions among num_tokens
 
 
-@dataclass(frozen=True, slots=True)
-class StepOutput:
+class StepOutput(NamedTuple):
     """What one step's forward and worker poll produced, applied by ``update_from_output``."""
 
     step: int
@@ -79,6 +77,7 @@ class SchedulerModel:
         self.deferred_frees: deque[tuple[int, list[int]]] = deque()  # (fence, blocks)
         self.blocks_awaiting_load: dict[str, list[int]] = {}  # aborted while loading: freed when it lands
         self.admission = Admission(self)
+        self._held_sets: dict[str, list] = {}  # req_id -> [its block list, length seen, set of it]
 
     # ---- arrivals and aborts --------------------------------------------------------------
 
@@ -307,6 +306,8 @@ class SchedulerModel:
         if live in self.kv_holding:
             self.kv_holding.remove(live)
         self.inflight_prefills.pop(live.req_id, None)
+        self.pool.forget_prefix(live.req_id)
+        self._held_sets.pop(live.req_id, None)
         self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
         if load_in_flight:  # the load still writes them
             self.blocks_awaiting_load[live.req_id] = live.blocks
@@ -334,8 +335,12 @@ class SchedulerModel:
     # ---- state for the engine -----------------------------------------------------------------
 
     def blocks_in_use(self) -> int:
-        """Block-table entries of live requests plus blocks whose free is deferred."""
-        in_use = sum(len(live.blocks) for live in self.live.values())
+        """Block-table entries of live requests plus blocks whose free is deferred or that an
+        aborted request's load still writes. Only running and KV-holding requests hold blocks (a
+        waiting one holds none: preemption frees them, admission allocates as it leaves the
+        queue), so the sum runs over those: O(running), not O(waiting), every step. A waiting
+        request that kept blocks would show as blocks referenced by no request."""
+        in_use = sum([len(live.blocks) for live in self.running]) + sum([len(live.blocks) for live in self.kv_holding])
         if self.deferred_frees:
             in_use += sum(len(blocks) for _, blocks in self.deferred_frees)
         if self.blocks_awaiting_load:
@@ -343,5 +348,18 @@ class SchedulerModel:
         return in_use
 
     def blocks_held_by(self, req_id: str) -> set[int] | tuple:
+        """The blocks a live request holds (the fence check asks for each store not yet copied).
+        Block tables only grow while they are the same list (``extend``; a free or an admission
+        puts a new list in place), so the set is kept and grown, not rebuilt each step."""
         owner = self.live.get(req_id)
-        return set(owner.blocks) if owner is not None else ()
+        if owner is None:
+            self._held_sets.pop(req_id, None)
+            return ()
+        blocks = owner.blocks
+        kept = self._held_sets.get(req_id)
+        if kept is None or kept[0] is not blocks:
+            kept = self._held_sets[req_id] = [blocks, len(blocks), set(blocks)]
+        elif kept[1] != len(blocks):
+            kept[2].update(blocks[kept[1]:])
+            kept[1] = len(blocks)
+        return kept[2]
