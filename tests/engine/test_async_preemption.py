@@ -29,6 +29,7 @@ from kvoffload.engine.live import LiveRequest
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.engine.scheduler import SchedulerModel, StepOutput
+from never_hits import NeverHits
 
 SEEDS = range(24)
 MAX_STEPS = 3000  # far above any scenario here (a few hundred steps), far below a hang
@@ -86,23 +87,6 @@ def test_the_engine_never_preempts_a_request_with_output_in_flight():
         preemptions += watch.preemptions
         loads += record.connector_hit_tokens_admitted > 0
     assert preemptions >= len(SEEDS) and loads >= len(SEEDS) // 2  # the property was exercised
-
-
-class NeverHits:
-    """A connector that is there (so vLLM would defer block frees) but never has a hit."""
-
-    def on_new_request(self, req) -> None:
-        pass
-
-    def get_num_new_matched_tokens(self, req, num_local):
-        return 0, False
-
-    def update_state_after_alloc(self, req, block_ids, num_external_tokens) -> None:
-        pass
-
-    def request_finished(self, req, block_ids=()) -> bool:
-        return False
-
 
 def drive(scheduler: SchedulerModel, requests: list[RequestSpec]) -> int:
     """vLLM's async loop with a batch queue of depth 2: schedule N+1, then process N's output."""

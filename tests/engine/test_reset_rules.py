@@ -22,6 +22,7 @@ from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.engine.scheduler import SchedulerModel, StepOutput
+from never_hits import NeverHits
 
 BS = 4
 TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
@@ -31,24 +32,12 @@ def tokens(seed: int, n: int) -> tuple[int, ...]:
     return tuple((seed * 7919 + i * 104729) % 30000 + 3 for i in range(n))
 
 
-class ResettableConnector:
+class ResettableConnector(NeverHits):
     """No hits; counts the resets it was asked for and answers ``answer``."""
 
     def __init__(self, answer: bool | None = True):
         self.answer = answer
         self.resets = 0
-
-    def on_new_request(self, req) -> None:
-        pass
-
-    def get_num_new_matched_tokens(self, req, num_local):
-        return 0, False
-
-    def update_state_after_alloc(self, req, block_ids, num_external_tokens) -> None:
-        pass
-
-    def request_finished(self, req, block_ids=()) -> bool:
-        return False
 
     def reset_cache(self):
         self.resets += 1
