@@ -1,7 +1,8 @@
 """The simulator against vLLM's scheduler: same workload, same (reference) connector.
 
 Per request: the first admission's GPU prefix-cache hit and connector hit, the chunks stored and
-the chunks loaded. The target is agreement on >= 99 % of requests. Measured on 2026-12-01: every
+the chunks loaded; per step: the tokens scheduled for each request (drafts included) and the free
+GPU blocks after the schedule, which must be equal in every step. The target is agreement on >= 99 % of requests. Measured on 2026-12-01: every
 request agrees on every small workload, sync and async, spec-decode-small included (it agreed on
 49 of 51 before the engine reserved one decode step's blocks for a load under speculative
 decoding, vLLM's ``_spec_decode_step_blocks``). The test asserts the measured agreement as a
@@ -55,9 +56,14 @@ def test_simulator_and_vllm_scheduler_agree_per_request(small_workload, core_obs
     workload = small_workload(base, scheduling=scheduling, **dict(kv.split("=") for kv in settings))
     simulator = Engine(workload.requests, workload.engine, Fixes())
     sim = observe_core(simulator.connector)
+    sim_steps = record_schedules(simulator.scheduler, lambda out: out[0].step, lambda out: out[0].num_scheduled_tokens,
+                                 simulator.pool, lambda pool: pool.num_free)
     sim_record = simulator.run()
     replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"))
     real = observe_core(replay.scheduler.connector.core)
+    vllm_steps = record_schedules(replay.scheduler, lambda out: replay._step, lambda out: out.num_scheduled_tokens,
+                                  replay.scheduler.kv_cache_manager.block_pool,
+                                  lambda pool: pool.get_num_free_blocks())
     vllm_record = replay.run()
     assert sim_record.crash is None and vllm_record.crash is None
 
@@ -71,6 +77,27 @@ def test_simulator_and_vllm_scheduler_agree_per_request(small_workload, core_obs
         f"first differences: {[(r, sim.of(r), real.of(r)) for r in ids if sim.of(r) != real.of(r)][:3]}")
     if agreeing / len(ids) >= TARGET:
         print(f"  reached the {TARGET:.0%} target")
+    # Step by step: the same requests get the same token counts (drafts included) and leave the
+    # same number of free GPU blocks, in every step that schedules anything.
+    first = next((step for step in sorted(set(sim_steps) | set(vllm_steps))
+                  if sim_steps.get(step) != vllm_steps.get(step)), None)
+    assert first is None, f"step {first}: simulator {sim_steps.get(first)}, vLLM {vllm_steps.get(first)}"
+
+
+def record_schedules(scheduler, step_of, tokens_of, pool, num_free) -> dict[int, tuple]:
+    """Wrap ``scheduler.schedule``: per step that schedules tokens, (tokens per request, free
+    blocks after the schedule)."""
+    steps: dict[int, tuple] = {}
+    schedule = scheduler.schedule
+
+    def recorded(*args):
+        out = schedule(*args)
+        if tokens_of(out):
+            steps[step_of(out)] = (dict(tokens_of(out)), num_free(pool))
+        return out
+
+    scheduler.schedule = recorded
+    return steps
 
 
 def table_row(name, scheduling, simulator, vllm, agreeing: int, total: int) -> str:

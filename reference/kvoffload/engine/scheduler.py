@@ -119,6 +119,7 @@ class SchedulerModel:
         bs = cfg.block_size
         budget = cfg.max_num_batched_tokens
         asynchronous = cfg.scheduling == "async"
+        k = cfg.spec_tokens  # the spec.py calls only with drafts (the hot path stays short without)
         index = 0
         while index < len(self.running) and budget > 0:
             live = self.running[index]
@@ -128,7 +129,7 @@ class SchedulerModel:
                 continue
             known = req.num_tokens + (live.placeholders if asynchronous else 0)
             remaining = known - req.num_computed_tokens
-            count, drafts = spec.running_share(live, remaining, budget)
+            count, drafts = spec.running_share(live, remaining, budget) if k else (min(remaining, budget), 0)
             needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
             while needed > 0 and needed > self.pool.num_free:  # (never when no block is needed)
                 victim = self.running[-1]
@@ -150,8 +151,9 @@ class SchedulerModel:
             accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
             if min(req.num_computed_tokens + count, req.num_tokens) // bs > live.num_committed_blocks:
                 self.commit(live, count)  # (its test inlined: most steps fill no block)
-            scheduled.append(Scheduled(live, spec.scheduled(live, drafts, accepted), count, samples, accepted,
-                                       live.generation, prefill=remaining > 1, drafts=drafts))
+            start = spec.scheduled(live, drafts, accepted) if k else req.num_computed_tokens
+            scheduled.append(Scheduled(live, start, count, samples, accepted, live.generation,
+                                       prefill=remaining > 1, drafts=drafts))
             num_scheduled[live.req_id] = count
             budget -= count
             index += 1
@@ -229,7 +231,7 @@ class SchedulerModel:
 
     def after_schedule(self, scheduled: list[Scheduled]) -> None:
         """vLLM's ``_update_after_schedule``: counters advance after the connector's build."""
-        asynchronous = self.config.scheduling == "async"
+        asynchronous, k = self.config.scheduling == "async", self.config.spec_tokens
         running, seq, inflight = RequestStatus.RUNNING, self.scheduled_seq, self.inflight_prefills
         for item in scheduled:
             live = item.live
@@ -239,7 +241,10 @@ class SchedulerModel:
             live.last_scheduled_seq = seq
             if item.samples and asynchronous:
                 live.pending_outputs += 1
-                spec.after_schedule(live, item.drafts, self.config.spec_tokens)
+                if k:
+                    spec.after_schedule(live, item.drafts, k)
+                else:
+                    live.placeholders += 1
             if inflight and req.num_computed_tokens >= req.num_tokens:  # no longer a prefill chunk
                 inflight.pop(live.req_id, None)
 
@@ -252,7 +257,7 @@ class SchedulerModel:
     def update_from_output(self, output: StepOutput) -> None:
         """Append each scheduled request's samples (drafts verified) and finish what stopped."""
         step = output.step
-        asynchronous = self.config.scheduling == "async"
+        asynchronous, k = self.config.scheduling == "async", self.config.spec_tokens
         bs = self.config.block_size
         if any(item.num_tokens for item in output.scheduled):
             self.processed_seq += 1
@@ -270,7 +275,10 @@ class SchedulerModel:
                 req.append_tokens(tokens)
                 live.num_outputs += len(tokens)
                 self.observer.sampled(len(tokens))
-                spec.verified(live, item.drafts, item.accepted, len(tokens), asynchronous, self.config.spec_tokens)
+                if k:
+                    spec.verified(live, item.drafts, item.accepted, len(tokens), asynchronous, k)
+                elif asynchronous:
+                    live.placeholders -= len(tokens)
                 # AsyncScheduler._update_request_with_output -> cache_blocks (only when a block filled)
                 if asynchronous and (req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks:
                     self.commit_computed(live, req.num_computed_tokens - live.placeholders)

@@ -1,7 +1,11 @@
 """Speculative decoding in the scheduler model, sync and async, as vLLM 0.32 runs it.
 
-The scheduler (``scheduler.py``) calls these at four points of a request's step; the counters
-live on ``LiveRequest`` under vLLM's names (docs/engine.md, "Speculative decoding"):
+The scheduler (``scheduler.py``) and admission (``admission.py``) call these at five points of a
+request's step; the counters live on ``LiveRequest`` under vLLM's names (docs/engine.md,
+"Speculative decoding"):
+
+- admission: an async load leaves one decode step's blocks free (``step_blocks``); a request
+  admitted with one token to compute runs a padded decode step (``DecodePadding``).
 
 - schedule: a running request asks for its known tokens plus its draft slots
   (``Scheduler.schedule``: ``num_tokens_with_spec + num_output_placeholders -
