@@ -2,7 +2,8 @@
 
 It plays vLLM's ``Scheduler`` (``vllm/v1/core/sched/scheduler.py``) around the connector under
 test: ``schedule()`` decides a step, ``update_from_output()`` applies its sampled tokens, and
-:meth:`load_landed` lets a request whose load finished run again. Every rule it follows is listed
+:meth:`load_landed` lets a request whose load finished run again. Admission (the waiting side of
+``schedule()``) lives in :mod:`.admission`. Every rule it follows is listed
 with its vLLM version and function in docs/engine.md.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.engine.admission import Admission
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.live import LiveRequest, Phase
@@ -74,6 +76,7 @@ class SchedulerModel:
         self.processed_seq = 0  # non-empty steps whose output was processed
         self.deferred_frees: deque[tuple[int, list[int]]] = deque()  # (fence, blocks)
         self.blocks_awaiting_load: dict[str, list[int]] = {}  # aborted while loading: freed when it lands
+        self.admission = Admission(self)
 
     # ---- arrivals and aborts --------------------------------------------------------------
 
@@ -156,95 +159,24 @@ class SchedulerModel:
         return budget
 
     def _schedule_waiting(self, budget, scheduled, num_scheduled, new_blocks) -> None:
-        """Admit waiting requests, those holding blocks first, until one cannot get blocks.
+        """Admission (``admission.py``) walks the queues; a request it admits to run joins the step here."""
+        asynchronous = self.config.scheduling == "async"
 
-        vLLM 0.32 ``Scheduler.schedule``: the KV-holding queue is drained before the waiting
-        queue; the first allocation that fails ends admission for the step; a connector hit
-        allocates blocks for the hit only (``num_new_tokens = 0``) and must leave the blocks
-        admitted prefills still need (``reserved_blocks``); with ``reserve_full_isl`` the whole
-        prompt must fit (``allocate_slots(full_sequence_must_fit=...)``).
-        """
-        cfg = self.config
-        bs = cfg.block_size
-        asynchronous = cfg.scheduling == "async"
-        pool = self.pool
-        skipped_holding: list[LiveRequest] = []
-        skipped_waiting: list[LiveRequest] = []
-        while budget > 0:
-            queue = self.kv_holding or self.waiting
-            if not queue or len(self.running) >= cfg.max_num_seqs:
-                break
-            live = queue[0]
+        def join_step(live: LiveRequest, count: int) -> None:
             req = live.req
-            if live.phase is Phase.LOADING:  # its load has not landed
-                skipped_holding.append(queue.popleft())
-                continue
-            full_prompt = cdiv(req.num_tokens, bs)
-            if live.phase is Phase.LOADED:  # continue after the loaded tokens
-                # _update_waiting_for_remote_kv: the loaded blocks are cached when admission reaches it
-                self.commit_computed(live, live.loaded_tokens)
-                count = min(req.num_tokens - req.num_computed_tokens, budget)
-                needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
-                if cfg.reserve_full_isl and full_prompt - len(live.blocks) > pool.num_free:
-                    break
-                if needed > pool.num_free:
-                    break
-                queue.popleft()
-                live.blocks.extend(pool.allocate(needed))
-            else:
-                local_blocks = pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs)
-                num_local = len(local_blocks) * bs
-                hits, _ = self._timed(self.connector.get_num_new_matched_tokens, req, num_local)
-                if hits is None:  # the connector asks to be asked again
-                    skipped_waiting.append(queue.popleft())
-                    continue
-                self.observer.looked_up(req.num_tokens - num_local)
-                count = 0 if hits else min(req.num_tokens - num_local, budget)
-                needed = cdiv(num_local + hits + count, bs) - len(local_blocks)
-                free = pool.num_free_after_taking(local_blocks)
-                if cfg.reserve_full_isl and full_prompt - len(local_blocks) > free:
-                    break
-                if needed > free - (self._inflight_reserved_blocks() if hits else 0):
-                    break
-                queue.popleft()
-                parent_id = live.spec.parent
-                self.observer.admitted(live, num_local, hits, self.finished.get(parent_id) if parent_id else None)
-                pool.take(local_blocks)
-                live.blocks = local_blocks + pool.allocate(needed)
-                live.num_committed_blocks = len(local_blocks)
-                req.num_computed_tokens = num_local
-                self._timed(self.connector.update_state_after_alloc, req, tuple(live.blocks), hits)
-                if hits:  # its job id arrives with the plan; its blocks are cached once it landed
-                    live.loaded_tokens = num_local + hits
-                    live.phase = Phase.LOADING
-                    req.status = RequestStatus.WAITING_FOR_LOAD
-                    self.inflight_prefills[live.req_id] = live
-                    skipped_holding.append(live)
-                    continue
             live.phase = Phase.RUNNING
             self.running.append(live)
             new_blocks[live.req_id] = tuple(live.blocks)
             known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
             samples = req.num_computed_tokens + count >= known
-            if req.num_computed_tokens + count < req.num_tokens:
+            if req.num_computed_tokens + count < req.num_tokens:  # a chunked prefill: its rest is reserved
                 self.inflight_prefills[live.req_id] = live
             self.commit(live, count)
             scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, 0, live.generation,
                                        prefill=True))
             num_scheduled[live.req_id] = count
-            budget -= count
-        for live in reversed(skipped_holding):
-            self.kv_holding.appendleft(live)
-        for live in reversed(skipped_waiting):
-            self.waiting.appendleft(live)
 
-    def _inflight_reserved_blocks(self) -> int:
-        """Blocks the admitted prefills still need for their whole prompt (and, with drafts,
-        one decode step), as vLLM's ``_inflight_prefill_reserved_blocks``."""
-        bs = self.config.block_size
-        extra = 1 + self.config.spec_tokens if self.config.spec_tokens else 0
-        return sum(max(0, cdiv(live.req.num_tokens + extra, bs) - len(live.blocks))
-                   for live in self.inflight_prefills.values())
+        self.admission.admit(budget, join_step)
 
     def commit_computed(self, live: LiveRequest, num_tokens: int) -> None:
         """Cache the request's full blocks below ``num_tokens`` (``KVCacheManager.cache_blocks``)."""
