@@ -1,4 +1,4 @@
-"""Block hashes over compact token buffers: the same chained values whatever holds the tokens,
+"""Block hashes over compact (int32) token buffers: the same chained values whatever holds the tokens,
 computed incrementally, and the same in every process."""
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ BLOCK = 16
 
 
 def model_hashes(tokens: list[int], block_size: int) -> list[bytes]:
-    """An independent model: keyed BLAKE2b over (parent, int64 little-endian ids), block by block."""
+    """An independent model: keyed BLAKE2b over (parent, int32 ids in machine order), block by block."""
     out, parent = [], b"\x00" * 16
     for start in range(0, len(tokens) - block_size + 1, block_size):
         h = hashlib.blake2b(digest_size=16, key=b"kvoffload-bench/block-hash/v1")
         h.update(parent)
-        h.update(b"".join(t.to_bytes(8, sys.byteorder, signed=True) for t in tokens[start : start + block_size]))
+        h.update(b"".join(t.to_bytes(4, sys.byteorder, signed=True) for t in tokens[start : start + block_size]))
         parent = h.digest()
         out.append(parent)
     return out
@@ -37,8 +37,8 @@ def model_hashes(tokens: list[int], block_size: int) -> list[bytes]:
 def test_incremental_hashing_in_any_container_equals_the_model(length, seed, cuts):
     tokens = np.random.default_rng(seed).integers(0, 32_000, size=length).tolist()
     expected = model_hashes(tokens, BLOCK)
-    for container in (tuple, list, lambda t: array("q", t), lambda t: np.array(t, dtype=np.int64),
-                      lambda t: np.array(t, dtype=np.int32)):
+    for container in (tuple, list, lambda t: array("i", t), lambda t: array("q", t),
+                      lambda t: np.array(t, dtype=np.int64), lambda t: np.array(t, dtype=np.int32)):
         hashes: list[bytes] = []
         for end in sorted(cuts) + [len(tokens)]:  # the sequence grows; each call hashes new blocks only
             extend_block_hashes(hashes, container(tokens[:end]), BLOCK)

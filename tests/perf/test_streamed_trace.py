@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import weakref
+from array import array
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def write_trace(path: Path, rows: list[tuple[int, int, int, list[int]]]) -> Path
 
 def eager_model(path: Path, ms_per_step: float = 20.0) -> list[RequestSpec]:
     """The trace built whole, independently of the loader: each line's prompt is its blocks'
-    seeded tokens, its answer seeded by its line number; stable order by arrival step."""
+    seeded tokens, its answer seeded by its line number, both int32 arrays; stable order by arrival step."""
     lines = [json.loads(text) for text in path.read_text().splitlines() if text.strip()]
     first = min(line["timestamp"] for line in lines)
     width = len(str(len(lines)))
@@ -39,9 +40,9 @@ def eager_model(path: Path, ms_per_step: float = 20.0) -> list[RequestSpec]:
         prompt: tuple[int, ...] = ()
         for hash_id in line["hash_ids"]:
             prompt += random_tokens(random.Random(f"mooncake-block/{SEED}/{hash_id}"), 512)
-        specs.append(RequestSpec(f"mc-{number:0{width}d}", prompt[: line["input_length"]],
-                                 random_tokens(random.Random(f"mooncake-output/{SEED}/{number}"), line["output_length"]),
-                                 arrival_step=round((line["timestamp"] - first) / ms_per_step)))
+        output = random_tokens(random.Random(f"mooncake-output/{SEED}/{number}"), line["output_length"])
+        specs.append(RequestSpec(f"mc-{number:0{width}d}", array("i", prompt[: line["input_length"]]),
+                                 array("i", output), arrival_step=round((line["timestamp"] - first) / ms_per_step)))
     return sorted(specs, key=lambda spec: spec.arrival_step)
 
 

@@ -4,7 +4,7 @@ The engine owns and mutates it (tokens appended by update_from_output, computed 
 by the scheduler); the connector only reads it. Plain attributes, not properties: the connector
 reads them on its hot path.
 
-Token ids are one compact ``array("q")`` (8 bytes a token, no int objects), which is also the
+Token ids are one compact ``array("i")`` (4 bytes a token, no int objects), which is also the
 buffer the block hashes are computed from: a newly full block is hashed straight from its slice.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from typing import Sequence
 
-from kvoffload.core.types import ReqId, RequestStatus, extend_block_hashes, token_bytes
+from kvoffload.core.types import TOKEN_TYPECODE, ReqId, RequestStatus, extend_block_hashes, token_bytes
 
 
 class Request:
@@ -22,7 +22,7 @@ class Request:
 
     def __init__(self, req_id: ReqId, prompt_token_ids: Sequence[int], block_size: int):
         self.req_id = req_id
-        self.all_token_ids = array("q")
+        self.all_token_ids = array(TOKEN_TYPECODE)
         self.all_token_ids.frombytes(token_bytes(prompt_token_ids))
         self.num_prompt_tokens = len(self.all_token_ids)
         self.num_computed_tokens = 0

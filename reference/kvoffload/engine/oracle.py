@@ -61,21 +61,27 @@ class KVOracle:
         self.tokens_per_chunk = tokens_per_chunk
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
         self._slot_fp = kv.gpu.view(kv.num_gpu_blocks * block_size, kv.slot_bytes).view(torch.int64)[:, 0]
-        # Fingerprints of each live request's scripted sequence (int64 bit patterns), made on
-        # arrival and dropped when it finishes: memory follows what is live, not the workload.
-        self._fp: dict[str, np.ndarray] = {}
+        # Fingerprints of each live request's scripted sequence (int64 bit patterns), made when
+        # first read (its first forward or load check, not while it waits in the queue) and
+        # dropped when it finishes: memory follows what runs, not the workload or its backlog.
+        self._fp = _Fingerprints()
 
     def register(self, live) -> None:
-        """A request arrived: fingerprint its whole scripted sequence."""
-        self._fp[live.req_id] = prefix_fingerprints(np.asarray(live.truth, dtype=np.int64)).view(np.int64)
+        """A request arrived: its fingerprints are made from its scripted sequence when first read."""
+        self._fp.arrived[live.req_id] = live
 
     def release(self, live) -> None:
         """A request finished: nothing reads its fingerprints again (loads check only live ones)."""
         self._fp.pop(live.req_id, None)
+        self._fp.arrived.pop(live.req_id, None)
 
     def num_fingerprinted(self) -> int:
-        """Requests whose fingerprints are held (the live ones)."""
+        """Requests whose fingerprints are held (live ones that ran or loaded)."""
         return len(self._fp)
+
+    def num_registered(self) -> int:
+        """Live requests the oracle knows (fingerprinted or not yet read)."""
+        return len(self._fp) + len(self._fp.arrived)
 
     # ---- the forward ----------------------------------------------------------------------
 
@@ -185,3 +191,16 @@ class KVOracle:
         positions = np.nonzero(bad)[0] + start
         return [PoisonedLoad(step, live.req_id, chunk, int(((positions // tpc) == chunk).sum()))
                 for chunk in sorted(set((positions // tpc).tolist()))]
+
+
+class _Fingerprints(dict):
+    """req_id -> fingerprints, made on the first lookup from the request registered on arrival."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived: dict = {}  # req_id -> LiveRequest, not fingerprinted yet
+
+    def __missing__(self, req_id: str) -> np.ndarray:
+        live = self.arrived.pop(req_id)
+        fingerprints = self[req_id] = prefix_fingerprints(np.asarray(live.truth, dtype=np.int64)).view(np.int64)
+        return fingerprints

@@ -15,6 +15,8 @@ One request per line::
 - ``output_length``: the answer length; answers are random tokens (seeded by the workload seed
   and the line number), length-capped.
 
+Token ids are held in ``array("i")`` buffers (4 bytes a token), not tuples.
+
 The trace is read as a stream: a first pass checks every line and keeps only lengths,
 timestamps and byte offsets; the replay's pass reads each line again when its request arrives
 and builds its tokens then (``stream.py``), so a trace larger than memory replays.
@@ -29,13 +31,14 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
+from kvoffload.core.types import TOKEN_TYPECODE
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, json_depth_at_most
 from kvoffload.workloads.registry import GenerateContext, register
@@ -49,7 +52,7 @@ from kvoffload.workloads.schema import (
     require_regular_file,
 )
 from kvoffload.workloads.stream import Longest, RequestStream
-from kvoffload.workloads.tokens import random_tokens
+from kvoffload.workloads.tokens import random_token_array
 
 MOONCAKE_BLOCK_TOKENS = 512
 DEFAULT_MS_PER_STEP = 20.0
@@ -146,29 +149,31 @@ def _build(handle: BinaryIO, blocks: "_BlockTokens", index: TraceIndex, i: int, 
     if line is None or (line.input_length, line.output_length) != (index.input_lengths[i], index.output_lengths[i]):
         raise WorkloadError(f"{path}: line {number}: expected the line read before the replay, got a "
                             f"different one (the file changed during the replay)")
-    prompt = tuple(chain.from_iterable(blocks.get(hash_id) for hash_id in line.hash_ids))
+    prompt = array(TOKEN_TYPECODE)
+    prompt.frombytes(b"".join(blocks.get(hash_id) for hash_id in line.hash_ids)[: line.input_length * prompt.itemsize])
     # Outputs seeded per line: a request's tokens do not depend on which requests were built before it.
     output_rng = random.Random(f"mooncake-output/{seed}/{number}")
-    return RequestSpec(req_id=f"mc-{number:0{width}d}", prompt_token_ids=prompt[: line.input_length],
-                       output_token_ids=random_tokens(output_rng, line.output_length), stop="length",
+    return RequestSpec(req_id=f"mc-{number:0{width}d}", prompt_token_ids=prompt,
+                       output_token_ids=random_token_array(output_rng, line.output_length), stop="length",
                        arrival_step=arrival_step)
 
 
 class _BlockTokens:
-    """Token ids of each hash id's 512-token block, the most recently used ones kept (shared
-    prefixes repeat in nearby requests); a block dropped is drawn again from its own seed."""
+    """The int32 bytes of each hash id's 512-token block, the most recently used ones kept
+    (shared prefixes repeat in nearby requests); a block dropped is drawn again from its seed."""
 
-    CAPACITY = 4096  # blocks kept: 4096 x 512 tokens x 8-byte pointers = 16 MiB
+    CAPACITY = 8192  # blocks kept: 8192 x 2 KiB = 16 MiB
 
     def __init__(self, seed: int):
         self._seed = seed
-        self._cache: OrderedDict[int, tuple[int, ...]] = OrderedDict()
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
 
-    def get(self, hash_id: int) -> tuple[int, ...]:
+    def get(self, hash_id: int) -> bytes:
         cache = self._cache
         tokens = cache.get(hash_id)
         if tokens is None:
-            tokens = random_tokens(random.Random(f"mooncake-block/{self._seed}/{hash_id}"), MOONCAKE_BLOCK_TOKENS)
+            rng = random.Random(f"mooncake-block/{self._seed}/{hash_id}")
+            tokens = random_token_array(rng, MOONCAKE_BLOCK_TOKENS).tobytes()
             cache[hash_id] = tokens
             if len(cache) > self.CAPACITY:
                 cache.popitem(last=False)

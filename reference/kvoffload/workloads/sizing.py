@@ -146,6 +146,6 @@ def distinct_chunks(requests: Iterable[RequestSpec], engine: EngineConfig) -> in
         tokens = spec.prompt_token_ids if engine.offload_prompt_only else spec.prompt_token_ids + spec.output_token_ids
         parent = 0
         for start in range(0, len(tokens) - size + 1, size):
-            parent = hash((parent, tokens[start : start + size]))
+            parent = hash((parent, tuple(tokens[start : start + size])))  # int tuples: hash-seed free
             seen.add(parent)
     return len(seen)
