@@ -97,8 +97,20 @@ class BlockPool:
         for block in reversed(reuse_first):  # the group goes to the head, its order kept
             self._free.move_to_end(block, last=False)
 
+    def reset_prefix_cache(self) -> bool:
+        """vLLM 0.32 ``BlockPool.reset_prefix_cache``: refused (False, nothing changes) while any
+        block but the null block is in use; otherwise every block loses its hash. The free queue
+        keeps its order."""
+        if len(self._free) != self.num_blocks - 1:
+            return False
+        self._blocks_of_hash.clear()
+        self._hash_of = [None] * self.num_blocks
+        return True
+
     def uncache_free_blocks(self) -> None:
-        """reset_prefix_cache: free blocks lose their hashes (blocks in use keep theirs)."""
+        """Free blocks lose their hashes (blocks in use keep theirs): memory pressure from
+        elsewhere, for stories that need the offload tier to serve. Not a reset: see
+        :meth:`reset_prefix_cache`."""
         for block in self._free:
             old_hash = self._hash_of[block]
             if old_hash is not None:

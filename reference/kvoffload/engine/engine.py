@@ -164,9 +164,8 @@ class Engine:
         self._arrive(step)
         for req_id in self.feed.aborts(step):
             scheduler.abort(req_id, step)
-        if step in self._reset_at:
-            timed(self.connector.reset_cache)
-            self.pool.uncache_free_blocks()
+        if step in self._reset_at:  # an API call between two steps; vLLM hands the answer back
+            self.record.resets.append((step, scheduler.reset_prefix_cache()))
         # 1-2. schedule, then the connector's plan, then the counters advance (vLLM's order)
         out, scheduled, _ = scheduler.schedule(step)
         plan = timed(self.connector.build_connector_meta, out)

@@ -71,6 +71,9 @@ class RunRecord:
     admission_asked_tokens: int = 0
     admission_hit_tokens: int = 0
     preemptions: int = 0
+    # Scripted cache resets: (step, accepted). Refused (False) while GPU blocks are in use; the
+    # connector's cache is reset either way (docs/engine.md, "Resetting the caches").
+    resets: list[tuple[int, bool]] = field(default_factory=list)
     poisoned: list[PoisonedLoad] = field(default_factory=list)
     fence_violations: list[FenceViolation] = field(default_factory=list)
     continuations: list[Continuation] = field(default_factory=list)

@@ -310,6 +310,18 @@ class SchedulerModel:
         self.observer.finished(live)
         self._on_finished(live, step)
 
+    # ---- reset ----------------------------------------------------------------------------------
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM 0.32 ``Scheduler.reset_prefix_cache(reset_running_requests=False,
+        reset_connector=True)`` (docs/engine.md, "Resetting the caches"): nothing is preempted; the
+        GPU prefix cache is reset only while no block is in use (``BlockPool.reset_prefix_cache``),
+        the connector's cache whatever the GPU answered (``reset_connector_cache() and ...`` calls
+        it first). True only when both were reset."""
+        gpu_reset = self.pool.reset_prefix_cache()
+        connector_reset = self._timed(self.connector.reset_cache) is not False
+        return connector_reset and gpu_reset
+
     # ---- state for the engine -----------------------------------------------------------------
 
     def blocks_in_use(self) -> int:
