@@ -75,6 +75,16 @@ def test_a_live_request_hashes_only_newly_full_blocks_as_tokens_arrive():
     assert list(req.all_token_ids) == tokens
 
 
+def test_a_request_shares_an_int32_prompt_until_its_first_token_and_never_writes_it():
+    prompt = array("i", range(100, 100 + 2 * BLOCK + 1))
+    req = Request("r", prompt, BLOCK)
+    assert req.all_token_ids is prompt  # a waiting request holds no second copy
+    req.append_tokens((7, 8))
+    assert req.all_token_ids is not prompt and list(prompt) == list(range(100, 100 + 2 * BLOCK + 1))
+    assert list(req.all_token_ids) == list(prompt) + [7, 8]
+    assert req.block_hashes == model_hashes(list(prompt) + [7, 8], BLOCK)
+
+
 def test_hash_values_do_not_depend_on_the_process_or_its_hash_seed():
     code = ("from kvoffload.core.request import Request; "
             "print(Request('r', tuple(range(7, 7 + 50)), 16).block_hashes[-1].hex())")
