@@ -7,7 +7,10 @@ Each replay runs in its own process (this script with ``--replay``: ``load_workl
 ``gpu_blocks=auto``, then ``replay_workload`` with the reference connector, as ``kvoffload run``
 does), so its peak RSS is its own: ``ru_maxrss`` of the finished child from ``wait4``. A replay
 still running after ``--timeout`` seconds is killed and recorded as such (``finished: false``),
-so every measurement is bounded. ``all`` replays the whole trace file.
+so every measurement is bounded; how far it got (step, finished requests, CPU seconds, written
+every 5 s) is kept with the point. ``all`` replays the whole trace file. CPU seconds (user +
+system of the child) are recorded next to wall seconds: on a shared machine they are the better
+estimate of an idle machine's wall time.
 
 Each point also carries the first-admission reuse (prompt tokens served at a request's first
 admission by the GPU prefix cache or the connector / prompt tokens) and, with ``--bound``, the
@@ -33,8 +36,8 @@ from pathlib import Path
 from kvoffload.report.scaling import ScalingPoint, draw_scaling
 
 
-def run_child(args: list[str], timeout: float) -> tuple[float, int, bool]:
-    """Run this script with ``args`` in a child; (wall seconds, peak RSS bytes, finished)."""
+def run_child(args: list[str], timeout: float) -> tuple[float, int, bool, float]:
+    """Run this script with ``args`` in a child; (wall seconds, peak RSS bytes, finished, CPU seconds)."""
     pid = os.fork()
     if pid == 0:  # the child: exec; its rusage is its own once it exits
         os.execv(sys.executable, [sys.executable, __file__, *args])
@@ -46,12 +49,12 @@ def run_child(args: list[str], timeout: float) -> tuple[float, int, bool]:
         if time.perf_counter() - started > timeout:
             os.kill(pid, signal.SIGKILL)
             _, status, usage = os.wait4(pid, 0)
-            return time.perf_counter() - started, usage.ru_maxrss * 1024, False
+            return time.perf_counter() - started, usage.ru_maxrss * 1024, False, usage.ru_utime + usage.ru_stime
         time.sleep(0.2)
     wall = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"child {args} failed (exit {os.waitstatus_to_exitcode(status)})")
-    return wall, usage.ru_maxrss * 1024, True
+    return wall, usage.ru_maxrss * 1024, True, usage.ru_utime + usage.ru_stime
 
 
 def child_replay(trace: str, scheduling: str, out: str) -> None:
@@ -59,7 +62,16 @@ def child_replay(trace: str, scheduling: str, out: str) -> None:
     from kvoffload.workloads import load_workload
 
     workload = load_workload(f"mooncake:{trace}", {"gpu_blocks": "auto", "scheduling": scheduling})
-    outcome = replay_workload(workload, ConnectorChoice.build())
+    progress = Path(out).with_suffix(".progress")
+    last = [time.perf_counter()]
+
+    def on_step(step: int, finished: int) -> None:  # how far a replay got, should it be killed
+        if time.perf_counter() - last[0] > 5:
+            last[0] = time.perf_counter()
+            progress.write_text(json.dumps({"step": step, "finished_requests": finished,
+                                            "cpu_seconds": time.process_time()}))
+
+    outcome = replay_workload(workload, ConnectorChoice.build(), on_step=on_step)
     record = outcome.record
     served = (record.gpu_hit_tokens + record.connector_hit_tokens_admitted) / record.admitted_prompt_tokens
     Path(out).write_text(json.dumps({"metrics": outcome.result["metrics"], "first_admission_reuse": served,
@@ -82,10 +94,12 @@ def measure(trace: Path, size: str, scheduling: str, timeout: float, bound: bool
                 sink.writelines(islice(source, int(size)))
         result = Path(folder) / "result.json"
         load_before = os.getloadavg()[0]
-        wall, rss, finished = run_child(["--replay", str(head), scheduling, str(result)], timeout)
+        wall, rss, finished, cpu = run_child(["--replay", str(head), scheduling, str(result)], timeout)
         point = {"requests": sum(1 for line in head.open() if line.strip()), "finished": finished,
-                 "wall_seconds": wall, "peak_rss_bytes": rss, "load_before": load_before,
+                 "wall_seconds": wall, "cpu_seconds": cpu, "peak_rss_bytes": rss, "load_before": load_before,
                  "load_after": os.getloadavg()[0]}
+        if not finished and result.with_suffix(".progress").exists():
+            point["progress_at_kill"] = json.loads(result.with_suffix(".progress").read_text())
         if finished:
             data = json.loads(result.read_text())
             point.update(sim_requests_per_s=data["metrics"]["sim_requests_per_s"],
@@ -93,7 +107,7 @@ def measure(trace: Path, size: str, scheduling: str, timeout: float, bound: bool
                          cpu_chunks=data["cpu_chunks"])
         if bound:
             bound_file = Path(folder) / "bound.json"
-            bound_wall, bound_rss, bound_done = run_child(["--bound", str(head), str(bound_file)], timeout)
+            bound_wall, bound_rss, bound_done, _ = run_child(["--bound", str(head), str(bound_file)], timeout)
             if bound_done:
                 point.update(reuse_bound=json.loads(bound_file.read_text()), bound_seconds=bound_wall,
                              bound_peak_rss_bytes=bound_rss)
@@ -124,9 +138,10 @@ def main() -> None:
             points.append(point)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(points, indent=1) + "\n")
-    chart = draw_scaling([ScalingPoint(p["series"], p["requests"], p["wall_seconds"], p["peak_rss_bytes"])
-                          for p in points if p.get("finished", True)], args.out.with_suffix(".png"))
-    print(f"chart: {chart}")
+    finished = [ScalingPoint(p["series"], p["requests"], p["wall_seconds"], p["peak_rss_bytes"])
+                for p in points if p.get("finished", True)]
+    if finished:
+        print(f"chart: {draw_scaling(finished, args.out.with_suffix('.png'))}")
 
 
 if __name__ == "__main__":
