@@ -3,7 +3,9 @@
 One class per workload. Its ``setup_cache`` replays the workload once through every connector
 configuration (the reference with all fixes, then the vLLM presets) and returns the metrics;
 every ``track_`` method only reads that dict (scipy's ``BenchGlobal`` pattern: one replay,
-many tracked numbers).
+many tracked numbers). The ``track_`` methods are made from one table, ``TRACKS`` (glossary metric,
+track name, lower-is-better form, unit, version); ``NOT_TRACKED`` gives the reason for every
+glossary metric without a track.
 
 asv reads every number as lower-is-better, so each metric is tracked in its lower-is-better form:
 a miss rate instead of a hit rate (``1 - last_block_hit_rate``), seconds per output token instead
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 # The preset list is pure Python (no torch). The rest of kvoffload is imported inside the
 # functions that replay: asv starts a fresh process for every benchmark and parameter, and a
@@ -51,28 +54,82 @@ def connector_choice(label: str):
     return ConnectorChoice.build(None if label == "reference" else label)
 
 
-def _complement(rate: float | None) -> float | None:
-    return None if rate is None else 1.0 - rate
+class Track(NamedTuple):
+    """One asv track of one glossary metric (``kvoffload.metrics.GLOSSARY``), lower is better.
+
+    ``name`` (without ``track_``) and ``version`` are asv's history key: never rename a track, and
+    bump its version (with a row in ``benchmarks/record``'s ``since``) when its number changes meaning.
+    """
+
+    metric: str  # the glossary name
+    name: str  # the track: bench_workloads.Track<Workload>.track_<name>
+    form: str  # how the metric becomes lower-is-better: "as is", "1 - x" (a hit rate), "1 / x" (a rate)
+    unit: str
+    doc: str = ""
+    version: str = "1"
 
 
-def _inverse(rate: float | None) -> float | None:
-    return None if not rate else 1.0 / rate
+# Every glossary metric is tracked here or listed in NOT_TRACKED with its reason; the tests hold the
+# two against the glossary (tests/benchmarks/test_bench_workloads.py). The suite does not import
+# the glossary itself: benchmarks/record runs this suite against old commits, whose packages may
+# lack metrics this checkout has (their tracks are then n/a, not an import error).
+TRACKS: tuple[Track, ...] = (
+    Track("last_block_hit_rate", "last_block_miss_rate", "1 - x", "ratio",
+          "Eligible continuations whose parent's last fully-written chunk the connector missed."),
+    # per admission since issue 15 (was: every lookup, repeats too)
+    Track("offload_hit_rate", "offload_miss_rate", "1 - x", "ratio",
+          "1 - offload_hit_rate: per admission, tokens the connector supplied / tokens asked.", version="2"),
+    Track("gpu_hit_rate", "gpu_miss_rate", "1 - x", "ratio", "1 - GPU prefix-cache hit tokens / prompt tokens."),
+    Track("repeated_lookups", "repeated_lookups", "as is", "lookups",
+          "Connector lookups that answered but did not end in an admission."),
+    Track("poisoned_loads", "poisoned_loads", "as is", "chunks",
+          "Loaded chunks that fail the KV content oracle (0 for the reference)."),
+    Track("lifecycle_violations", "lifecycle_violations", "as is", "calls"),
+    Track("leaked_requests", "leaked_requests", "as is", "requests"),
+    Track("stuck_requests", "stuck_requests", "as is", "requests"),
+    Track("crashes", "crashes", "as is", "crashes"),
+    Track("livelock", "livelock", "as is", "runs", "1 if the progress watchdog stopped the run."),
+    Track("invariant_violations", "invariant_violations", "as is", "checks",
+          "Failed invariant checks of the block pool and the connector."),
+    Track("fence_violations", "fence_violations", "as is", "blocks"),
+    Track("store_submit_delay_steps_p50", "store_submit_delay_p50", "as is", "steps",
+          "Steps from a chunk's KV fully written to its store's submission, median.", STORE_DELAY_VERSION),
+    Track("store_submit_delay_steps_p99", "store_submit_delay_p99", "as is", "steps", "", STORE_DELAY_VERSION),
+    Track("store_visible_delay_steps_p50", "store_visible_delay_p50", "as is", "steps",
+          "Steps from a chunk's KV fully written to complete_store (loadable), median.", STORE_DELAY_VERSION),
+    Track("store_visible_delay_steps_p99", "store_visible_delay_p99", "as is", "steps", "", STORE_DELAY_VERSION),
+    Track("tokens_per_s_modeled", "seconds_per_output_token_modeled", "1 / x", "s/token (modeled)",
+          "1 / tokens_per_s_modeled (cost model, hardware profile of the workload)."),
+    Track("connector_us_per_step", "connector_us_per_step", "as is", "µs/step",
+          "Wall time in connector calls per step, both sides (measured)."),
+    Track("sim_requests_per_s", "sim_seconds_per_request", "1 / x", "s/request",
+          "Simulator wall time per replayed request, 1 / sim_requests_per_s (measured)."),
+    Track("preemptions", "preemptions", "as is", "preemptions", "Recompute preemptions."),
+)
+
+# Glossary metrics no track follows, each with its reason.
+NOT_TRACKED: dict[str, str] = {
+    "last_block_eligible": "the denominator of last_block_miss_rate: its changes show in that rate",
+    "copy_gb_per_s": "measured copy bandwidth: bench_transfer.TransferCopy times the copy path on its own",
+    "requests": "fixed by the workload definition, not by the code under test",
+    "prompt_tokens": "fixed by the workload definition, not by the code under test",
+    "output_tokens": "fixed by the workload definition (stops short only with a crash, which is tracked)",
+    "steps": "priced by the cost model: tracked as seconds_per_output_token_modeled",
+}
+
+FORMS = {
+    "as is": lambda value: value,
+    "1 - x": lambda rate: None if rate is None else 1.0 - rate,
+    "1 / x": lambda rate: None if not rate else 1.0 / rate,
+}
 
 
 def tracked_metrics(metrics: dict) -> dict[str, float | None]:
-    """A run's metrics (glossary names) in the lower-is-better forms the suite tracks."""
-    tracked = {
-        "last_block_miss_rate": _complement(metrics.get("last_block_hit_rate")),
-        "offload_miss_rate": _complement(metrics.get("offload_hit_rate")),
-        "gpu_miss_rate": _complement(metrics.get("gpu_hit_rate")),
-        "seconds_per_output_token_modeled": _inverse(metrics.get("tokens_per_s_modeled")),
-        "sim_seconds_per_request": _inverse(metrics.get("sim_requests_per_s")),
-    }
-    for name in ("poisoned_loads", "lifecycle_violations", "leaked_requests", "stuck_requests", "crashes",
-                 "fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
-                 "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "connector_us_per_step"):
-        tracked[name] = metrics.get(name)  # absent in an older commit's results: n/a
-    return tracked
+    """A run's metrics (glossary names) as {track name: lower-is-better value}.
+
+    A metric absent from the run (an older commit's package) is None: asv records n/a.
+    """
+    return {track.name: FORMS[track.form](metrics.get(track.metric)) for track in TRACKS}
 
 
 def replay_connectors(workload_name: str, connectors: list[str]) -> dict[str, dict[str, float | None]]:
@@ -90,111 +147,35 @@ def _value(cache: dict, connector: str, name: str) -> float:
     return math.nan if value is None else float(value)  # NaN: asv records n/a
 
 
+def _track_method(track: Track):
+    """The ``track_<name>`` method of one Track: it reads the cached replay, nothing else."""
+    def method(self, cache, connector):
+        return _value(cache, connector, track.name)
+
+    method.__name__ = method.__qualname__ = f"track_{track.name}"
+    method.__doc__ = track.doc or f"{track.metric} ({track.form})"
+    method.unit = track.unit
+    method.version = track.version
+    return method
+
+
 class _ReplayTracks:
     """The tracked metrics of one workload; subclasses name the workload and own ``setup_cache``.
 
     Each subclass defines its own ``setup_cache``: asv keys the cache by the function's source
-    line, so an inherited one would be shared by every workload.
+    line, so an inherited one would be shared by every workload. The ``track_`` methods are made
+    from TRACKS, one per row, below the class.
     """
 
     workload = ""
     params = [CONNECTORS]
     param_names = ["connector"]
     timeout = 600  # setup_cache replays the workload len(CONNECTORS) times
-    version = "1"  # bump when a tracked number changes meaning; edits elsewhere keep history
 
-    def track_last_block_miss_rate(self, cache, connector):
-        """Eligible continuations whose parent's last fully-written chunk the connector missed."""
-        return _value(cache, connector, "last_block_miss_rate")
 
-    track_last_block_miss_rate.unit = "ratio"
-
-    def track_offload_miss_rate(self, cache, connector):
-        """1 - offload_hit_rate: per admission, tokens the connector supplied / tokens asked."""
-        return _value(cache, connector, "offload_miss_rate")
-
-    track_offload_miss_rate.unit = "ratio"
-    track_offload_miss_rate.version = "2"  # per admission since issue 15 (was: every lookup, repeats too)
-
-    def track_gpu_miss_rate(self, cache, connector):
-        return _value(cache, connector, "gpu_miss_rate")
-
-    track_gpu_miss_rate.unit = "ratio"
-
-    def track_poisoned_loads(self, cache, connector):
-        """Loaded chunks that fail the KV content oracle (0 for the reference)."""
-        return _value(cache, connector, "poisoned_loads")
-
-    track_poisoned_loads.unit = "chunks"
-
-    def track_lifecycle_violations(self, cache, connector):
-        return _value(cache, connector, "lifecycle_violations")
-
-    track_lifecycle_violations.unit = "calls"
-
-    def track_leaked_requests(self, cache, connector):
-        return _value(cache, connector, "leaked_requests")
-
-    track_leaked_requests.unit = "requests"
-
-    def track_stuck_requests(self, cache, connector):
-        return _value(cache, connector, "stuck_requests")
-
-    track_stuck_requests.unit = "requests"
-
-    def track_crashes(self, cache, connector):
-        return _value(cache, connector, "crashes")
-
-    track_crashes.unit = "crashes"
-
-    def track_fence_violations(self, cache, connector):
-        return _value(cache, connector, "fence_violations")
-
-    track_fence_violations.unit = "blocks"
-
-    def track_store_submit_delay_p50(self, cache, connector):
-        """Steps from a chunk's KV fully written to its store's submission, median."""
-        return _value(cache, connector, "store_submit_delay_steps_p50")
-
-    track_store_submit_delay_p50.unit = "steps"
-    track_store_submit_delay_p50.version = STORE_DELAY_VERSION
-
-    def track_store_submit_delay_p99(self, cache, connector):
-        return _value(cache, connector, "store_submit_delay_steps_p99")
-
-    track_store_submit_delay_p99.unit = "steps"
-    track_store_submit_delay_p99.version = STORE_DELAY_VERSION
-
-    def track_store_visible_delay_p50(self, cache, connector):
-        """Steps from a chunk's KV fully written to complete_store (loadable), median."""
-        return _value(cache, connector, "store_visible_delay_steps_p50")
-
-    track_store_visible_delay_p50.unit = "steps"
-    track_store_visible_delay_p50.version = STORE_DELAY_VERSION
-
-    def track_store_visible_delay_p99(self, cache, connector):
-        return _value(cache, connector, "store_visible_delay_steps_p99")
-
-    track_store_visible_delay_p99.unit = "steps"
-    track_store_visible_delay_p99.version = STORE_DELAY_VERSION
-
-    def track_seconds_per_output_token_modeled(self, cache, connector):
-        """1 / tokens_per_s_modeled (cost model, hardware profile of the workload)."""
-        return _value(cache, connector, "seconds_per_output_token_modeled")
-
-    track_seconds_per_output_token_modeled.unit = "s/token (modeled)"
-
-    def track_connector_us_per_step(self, cache, connector):
-        """Wall time in connector calls per step, both sides (measured)."""
-        return _value(cache, connector, "connector_us_per_step")
-
-    track_connector_us_per_step.unit = "µs/step"
-
-    def track_sim_seconds_per_request(self, cache, connector):
-        """Simulator wall time per replayed request, 1 / sim_requests_per_s (measured)."""
-        return _value(cache, connector, "sim_seconds_per_request")
-
-    track_sim_seconds_per_request.unit = "s/request"
+for _track in TRACKS:
+    setattr(_ReplayTracks, f"track_{_track.name}", _track_method(_track))
+del _track
 
 
 class TrackSharedPrefix(_ReplayTracks):

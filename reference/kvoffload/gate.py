@@ -116,12 +116,21 @@ def read_baseline(spec: str | None, root: Path) -> tuple[dict, str]:
 
     Returns (document, where it came from). Raises ResultError (exit 2) when there is none.
     """
-    if spec is None or Path(spec).is_file():
-        path = Path(spec) if spec else root / BASELINE
+    path = Path(spec) if spec else root / BASELINE
+    if os.path.lexists(path) and not path.is_file():  # a FIFO would block the read forever
+        kind = "a directory" if path.is_dir() else "a FIFO" if path.is_fifo() else "not a regular file"
+        raise ResultError(f"{'--baseline ' if spec else ''}{path}: {kind}; expected a gate baseline file"
+                          f"{' or a git ref' if spec else ''}")
+    if spec is None or path.is_file():
         try:
             text, origin = path.read_text(), str(path)
-        except OSError:
+        except FileNotFoundError:
             raise ResultError(f"{path}: no gate baseline (write one with: kvoffload gate --update)") from None
+        except OSError as error:
+            raise ResultError(f"{path}: cannot read ({error.strerror})") from None
+        except UnicodeDecodeError as error:
+            raise ResultError(f"{path}: expected UTF-8 JSON text (a gate baseline), got undecodable bytes at "
+                              f"byte {error.start}") from None
     else:
         shown = subprocess.run(["git", "-C", str(root), "show", f"{spec}:{BASELINE.as_posix()}"],
                                capture_output=True, text=True)
@@ -132,6 +141,8 @@ def read_baseline(spec: str | None, root: Path) -> tuple[dict, str]:
         document = json.loads(text)
     except ValueError as error:
         raise ResultError(f"{origin}: not JSON ({error})") from None
+    except RecursionError:
+        raise ResultError(f"{origin}: not a gate baseline (JSON nested too deeply)") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise ResultError(f"{origin}: not a gate baseline (schema {SCHEMA!r} expected)")
     return document, origin

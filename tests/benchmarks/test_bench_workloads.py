@@ -6,21 +6,22 @@ definitions, and every tracked number is checked to be the lower-is-better form 
 
 from __future__ import annotations
 
+import json
 import math
 import pickle
+from pathlib import Path
 
 import pytest
 
+from kvoffload.metrics import GLOSSARY
 from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
 TRACK_CLASSES = ("TrackSharedPrefix", "TrackMultiTurn", "TrackSpecDecode")
-# track method suffix -> tracked metric name, where they differ
-METRIC_OF = {f"store_{kind}_delay_{p}": f"store_{kind}_delay_steps_{p}"
-             for kind in ("submit", "visible") for p in ("p50", "p99")}
-TRACK_OF = {metric: method for method, metric in METRIC_OF.items()}
+REPO = Path(__file__).resolve().parents[2]
 # No eligible continuation (prompt-only offload) or no store at all: a run may have no value.
-MAY_LACK_A_VALUE = {"track_last_block_miss_rate"} | {f"track_{m}" for m in METRIC_OF}
+MAY_LACK_A_VALUE = {"track_last_block_miss_rate"} | {f"track_store_{kind}_delay_{p}"
+                                                     for kind in ("submit", "visible") for p in ("p50", "p99")}
 
 
 @pytest.fixture(scope="module")
@@ -58,22 +59,24 @@ def test_every_track_runs_and_is_a_number_with_a_unit(module, caches, class_name
     assert all(isinstance(v, float) for v in values.values())
     # NaN (asv's n/a) exactly where the run has no value, and only for metrics that may lack one
     nan = {(connector, method) for (connector, method), v in values.items() if math.isnan(v)}
-    missing = {(connector, "track_" + TRACK_OF.get(name, name)) for connector, tracked in cache.items()
+    missing = {(connector, "track_" + name) for connector, tracked in cache.items()
                for name, v in tracked.items() if v is None}
     assert nan == missing
     assert {method for _, method in nan} <= MAY_LACK_A_VALUE, nan
     for (connector, method), v in values.items():
         if not math.isnan(v):
-            name = METRIC_OF.get(method[len("track_"):], method[len("track_"):])
-            assert v == pytest.approx(cache[connector][name]) and v >= 0, (connector, method)
+            assert v == pytest.approx(cache[connector][method[len("track_"):]]) and v >= 0, (connector, method)
     assert pickle.loads(pickle.dumps(cache)) == cache  # asv pickles the cache between processes
 
 
 @pytest.mark.parametrize("class_name", TRACK_CLASSES)
 def test_the_reference_tracks_zero_harm(module, caches, class_name, methods_of):
+    """Every track of a glossary metric that must stay zero is 0 for the reference."""
     values = track_values(module, class_name, caches[class_name], methods_of)
-    for method in ("track_poisoned_loads", "track_lifecycle_violations", "track_leaked_requests",
-                   "track_crashes", "track_fence_violations", "track_stuck_requests"):
+    must_be_zero = {metric.name for metric in GLOSSARY if metric.better == "zero"}
+    zero_tracks = [f"track_{track.name}" for track in module.TRACKS if track.metric in must_be_zero]
+    assert len(zero_tracks) == len(must_be_zero)  # every one of them is tracked
+    for method in zero_tracks:
         assert values[("reference", method)] == 0.0, method
 
 
@@ -84,7 +87,56 @@ def test_tracked_numbers_are_the_lower_is_better_forms(module):
     assert tracked["offload_miss_rate"] == pytest.approx(1 - metrics["offload_hit_rate"])
     assert tracked["seconds_per_output_token_modeled"] == pytest.approx(1 / metrics["tokens_per_s_modeled"])
     assert tracked["sim_seconds_per_request"] == pytest.approx(1 / metrics["sim_requests_per_s"])
-    assert tracked["store_submit_delay_steps_p99"] == metrics["store_submit_delay_steps_p99"]
+    assert tracked["store_submit_delay_p99"] == metrics["store_submit_delay_steps_p99"]
+    assert tracked["repeated_lookups"] == metrics["repeated_lookups"]
+    assert set(tracked) == {track.name for track in module.TRACKS}
+
+
+def test_every_glossary_metric_is_tracked_or_excluded_with_a_reason(module, methods_of):
+    """The glossary owns the metrics: a metric added there needs a track or a stated reason."""
+    glossary = [metric.name for metric in GLOSSARY]
+    tracked = [track.metric for track in module.TRACKS]
+    assert len(tracked) == len(set(tracked)), "a glossary metric tracked twice"
+    assert not set(tracked) & set(module.NOT_TRACKED), "tracked and excluded at once"
+    assert sorted(tracked + list(module.NOT_TRACKED)) == sorted(glossary)
+    assert all(reason.strip() for reason in module.NOT_TRACKED.values())
+    assert {track.form for track in module.TRACKS} <= set(module.FORMS)
+    # a form matches the metric's direction: asv reads every track as lower-is-better
+    better = {metric.name: metric.better for metric in GLOSSARY}
+    for track in module.TRACKS:
+        assert (track.form == "as is") == (better[track.metric] != "higher"), track
+    # every row is a method of every workload class, with its unit and version, and nothing else is
+    for class_name in TRACK_CLASSES:
+        cls = getattr(module, class_name)
+        assert methods_of(cls) == sorted(f"track_{track.name}" for track in module.TRACKS)
+        for track in module.TRACKS:
+            method = getattr(cls, f"track_{track.name}")
+            assert (method.unit, method.version) == (track.unit, track.version)
+
+
+def test_recorded_tracks_keep_their_asv_name_version_and_unit(module):
+    """asv keys history by benchmark name and version: a track recorded in results/asv/benchmarks.json
+    is still in the suite under that name, with that version and unit, as asv discovers it."""
+    from asv_runner.discovery import _get_benchmark
+
+    recorded = json.loads((REPO / "results" / "asv" / "benchmarks.json").read_text())
+    found = {}
+    for class_name in TRACK_CLASSES:
+        cls = getattr(module, class_name)
+        for attr in dir(cls):
+            benchmark = _get_benchmark(attr, module, cls, getattr(cls, attr))
+            if benchmark is not None:
+                found[benchmark.name] = (benchmark.version, benchmark.unit)
+    recorded_tracks = {name: (entry["version"], entry["unit"]) for name, entry in recorded.items()
+                       if name.startswith("bench_workloads.Track")}
+    assert recorded_tracks, "no recorded track in results/asv/benchmarks.json"
+    assert {name: found.get(name) for name in recorded_tracks} == recorded_tracks
+
+
+def test_the_benchmarks_readme_names_every_track(module):
+    readme = (REPO / "benchmarks" / "README.md").read_text()
+    assert [t.name for t in module.TRACKS if f"`{t.name}`" not in readme] == []
+    assert [name for name in module.NOT_TRACKED if f"`{name}`" not in readme] == []
 
 
 def test_the_last_block_fix_shows_as_a_lower_miss_rate(module, caches):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -100,6 +101,24 @@ class Case:
 
 
 RUN = ("run", "--quiet", "--out", "{tmp}/r.json")
+REPORT = ("report", "--from", "{tmp}/src", "--out", "{tmp}/charts")
+
+
+def asv_source(name: str, content: bytes | str) -> Callable[[Path], None]:
+    """A report source whose asv folder holds NAME (under ``src/asv/``) as CONTENT: bytes, or one of
+    "fifo", "directory", "dangling" (a symbolic link to nothing)."""
+    def make(folder: Path) -> None:
+        path = folder / "src" / "asv" / name
+        path.parent.mkdir(parents=True)
+        if content == "fifo":
+            os.mkfifo(path)
+        elif content == "directory":
+            path.mkdir()
+        elif content == "dangling":
+            path.symlink_to(folder / "nowhere.json")
+        else:
+            path.write_bytes(content)
+    return make
 NESTED = "[" * 200_000 + "]" * 200_000
 
 CASES = [
@@ -195,11 +214,54 @@ CASES = [
          "--trace {tmp}/r.json: the same file as --out {tmp}/r.json"),
     Case("report --out FILE", ("report", "--from", str(REPO / "results"), "--out", "{tmp}/notresult.json"),
          "--out {tmp}/notresult.json: is a regular file; expected a directory", special("file-as-folder")),
-    Case("report --from a folder with deeply nested JSON and a FIFO as an asv result",
-         ("report", "--from", "{tmp}/src", "--out", "{tmp}/charts"), "src: no result files",
+    Case("report --from a folder with deeply nested JSON (not a run result: passed over)",
+         REPORT, "src: no result files",
          lambda folder: ((folder / "src" / "asv" / "m").mkdir(parents=True),
-                         (folder / "src" / "deep.json").write_text(NESTED),
-                         os.mkfifo(folder / "src" / "asv" / "m" / "x.json"))),
+                         (folder / "src" / "deep.json").write_text(NESTED))),
+    Case("report: an asv result file that is a FIFO", REPORT,
+         "src/asv/m/x.json: a FIFO; expected an asv result file", asv_source("m/x.json", "fifo")),
+    Case("report: an asv result file that is a directory", REPORT,
+         "src/asv/m/x.json: a directory; expected an asv result file", asv_source("m/x.json", "directory")),
+    Case("report: an asv result file cut short", REPORT,
+         "src/asv/m/x.json: not JSON (line 1: ", asv_source("m/x.json", b'{"commit_hash": "ab')),
+    Case("report: an asv result file that is not UTF-8", REPORT,
+         "src/asv/m/x.json: expected UTF-8 JSON text (an asv result file), got undecodable bytes at byte 0",
+         asv_source("m/x.json", b"\xff\xfe{}")),
+    Case("report: an asv result file of another layout", REPORT,
+         "src/asv/m/x.json: not an asv result file (KeyError: 'result_columns')", asv_source("m/x.json", b"{}")),
+    Case("report: asv's benchmarks.json a FIFO (reading it waited forever)", REPORT,
+         "src/asv/benchmarks.json: a FIFO; expected asv's benchmarks.json", asv_source("benchmarks.json", "fifo")),
+    Case("report: asv's benchmarks.json a directory", REPORT,
+         "src/asv/benchmarks.json: a directory; expected asv's benchmarks.json",
+         asv_source("benchmarks.json", "directory")),
+    Case("report: asv's benchmarks.json a dangling symbolic link", REPORT,
+         "src/asv/benchmarks.json: cannot read (No such file or directory)", asv_source("benchmarks.json", "dangling")),
+    Case("report: asv's benchmarks.json cut short", REPORT,
+         "src/asv/benchmarks.json: not JSON (line 1: ", asv_source("benchmarks.json", b'{"bench": {"unit"')),
+    Case("report: asv's benchmarks.json not UTF-8", REPORT,
+         "src/asv/benchmarks.json: expected UTF-8 JSON text", asv_source("benchmarks.json", bytes(range(128, 256)))),
+    Case("report: asv's benchmarks.json a JSON array", REPORT,
+         "src/asv/benchmarks.json: expected a JSON object of benchmarks, got list", asv_source("benchmarks.json", b"[]")),
+    Case("report: asv results folder that is a file", REPORT,
+         "src/asv: not a directory", lambda folder: ((folder / "src").mkdir(), (folder / "src" / "asv").write_text("x"))),
+    Case("compare a directory", ("compare", "{tmp}/a.json", "{tmp}/a.json"), "a.json: not a regular file",
+         lambda folder: (folder / "a.json").mkdir()),
+    Case("compare a file that is not UTF-8", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
+         "a.json: cannot read ('utf-8' codec can't decode", files(a__json=b"\xff\xfe{}")),
+    Case("compare a result cut short", ("compare", "{tmp}/a.json", "{tmp}/a.json"), "a.json: not JSON (line 1: ",
+         files(a__json='{"schema": "kvoffload')),
+    Case("gate --baseline a FIFO", ("gate", "--baseline", "{tmp}/b.json"),
+         "--baseline {tmp}/b.json: a FIFO; expected a gate baseline file or a git ref",
+         lambda folder: os.mkfifo(folder / "b.json")),
+    Case("gate --baseline a directory", ("gate", "--baseline", "{tmp}/b.json"),
+         "--baseline {tmp}/b.json: a directory; expected a gate baseline file or a git ref",
+         lambda folder: (folder / "b.json").mkdir()),
+    Case("gate --baseline a file that is not UTF-8", ("gate", "--baseline", "{tmp}/b.json"),
+         "b.json: expected UTF-8 JSON text (a gate baseline)", files(b__json=b"\xff\xfe{}")),
+    Case("gate --baseline a baseline cut short", ("gate", "--baseline", "{tmp}/b.json"), "b.json: not JSON (",
+         files(b__json='{"schema": "kvoffload')),
+    Case("gate --baseline nested 200,000 deep", ("gate", "--baseline", "{tmp}/b.json"),
+         "b.json: not a gate baseline (JSON nested too deeply)", files(b__json=NESTED)),
     Case("bench --out-dir FILE", ("bench", "--small", "--quiet", "--out-dir", "{tmp}/notresult.json"),
          "--out-dir {tmp}/notresult.json: is a regular file; expected a directory", special("file-as-folder")),
     Case("--preset A --preset B", RUN + ("--preset", "vllm-0.25", "--preset", "vllm-0.26"),
@@ -223,8 +285,23 @@ def _run(case: Case, folder: Path, capsys) -> tuple[int, str, float]:
         return done.returncode, done.stderr, time.perf_counter() - started
     from kvoffload.cli import main
 
-    code = main(argv)
+    previous = signal.signal(signal.SIGALRM, _hung)
+    signal.alarm(SECONDS)  # a read that blocks (a FIFO) ends the case instead of the whole test run
+    try:
+        code = main(argv)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     return code, capsys.readouterr().err, time.perf_counter() - started
+
+
+class Hung(BaseException):
+    """Raised by the alarm in a case that ran past SECONDS: not an Exception, so no handler in
+    the command line turns it into a clean exit."""
+
+
+def _hung(signum, frame):
+    raise Hung(f"still running after {SECONDS} s")
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -240,6 +317,19 @@ def test_hostile_input_is_one_line_exit_2_and_nothing_written(case, tmp_path, ca
     assert case.message.replace("{tmp}", str(tmp_path)) in lines[0]
     assert {path: path.lstat().st_mtime_ns for path in tmp_path.rglob("*")} == before  # nothing written
     assert seconds < (PROCESS_SECONDS if case.subprocess else SECONDS)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file whatever its mode")
+@pytest.mark.parametrize("name", ["benchmarks.json", "m/x.json"])
+def test_an_unreadable_asv_file_is_one_line_exit_2(name, tmp_path, capsys):
+    from kvoffload.cli import main
+
+    asv_source(name, b"{}")(tmp_path)
+    (tmp_path / "src" / "asv" / name).chmod(0)
+    assert main(list(Case("", REPORT, "").command(tmp_path))) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"kvoffload: error: {tmp_path}/src/asv/{name}: cannot read (Permission denied)")
+    assert not (tmp_path / "charts").exists()
 
 
 def test_a_long_gap_is_accepted_not_rejected(tmp_path):

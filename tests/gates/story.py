@@ -41,13 +41,11 @@ def engine(requests, config: EngineConfig = TINY, fixes: Fixes | None = None, *,
     kwargs.setdefault("trace", True)
     engines: list[Engine] = []
     if forget_gpu_cache_before:
-        kwargs.setdefault("skip_idle", False)  # an idle-gap jump would step over the hook's step
-
         def forget(next_step: int, finished: int) -> None:
             if next_step in forget_gpu_cache_before:
                 engines[0].pool.uncache_free_blocks()
         kwargs["on_step"] = forget
-        kwargs.setdefault("skip_idle", False)  # the hook must see every step, idle ones too
+        kwargs.setdefault("skip_idle", False)  # the hook must see every step: an idle-gap jump would skip it
     fixes = fixes if fixes is not None else Fixes()
     if MADE_INEFFECTIVE:
         fixes = fixes.without(*(name for name in MADE_INEFFECTIVE if getattr(fixes, name)))

@@ -137,13 +137,28 @@ class TestK04FinalTokenWatermark:
         assert poisoned(record) == ([] if fixed else [("C", 1, 1)])
         assert stored_chunks(record, "A") == ({0} if fixed else {0, 1})
 
+    @pytest.mark.parametrize("scheduling, accepts", [("sync", (1,)), ("async", (0,))])
     @pytest.mark.parametrize("fixed", [True, False])
-    def test_rejected_draft_slot(self, fixed):
-        """k=2 drafts, prompt 5, outputs end at position 7; the last step rejects one draft."""
-        a = RequestSpec("A", tokens(1, 5), tokens(2, 3), accept_counts=(1,))
-        record = run([a, follow_up(a)], TINY.replace(spec_tokens=2),
+    def test_rejected_draft_slot(self, scheduling, accepts, fixed):
+        """k=2 drafts, prompt 5, outputs end at position 7; the last step rejects a draft. Sync:
+        step 1 accepts 1 of 2 and its bonus token is the last output. Async: step 1 accepts none,
+        step 2 (scheduled before step 1 is verified) has one output left to make and rejects both
+        of its drafts; with one token to go, vLLM schedules no step after it."""
+        a = RequestSpec("A", tokens(1, 5), tokens(2, 3), accept_counts=accepts)
+        record = run([a, follow_up(a)], TINY.replace(spec_tokens=2, scheduling=scheduling),
                      None if fixed else without("final_token_watermark"))
         assert poisoned(record) == ([] if fixed else [("C", 1, 1)])
+
+    def test_async_a_step_that_may_fall_short_is_followed_by_one_that_rewrites_the_slot(self):
+        """Async, the sync story: step 1 could end short of the last output (all drafts
+        rejected), so AsyncScheduler schedules step 2 before verifying it; step 2's forward writes
+        the true last token into slot 7 before the request finishes. Its output is dropped, and
+        even the connector without the watermark stores a clean chunk 1."""
+        a = RequestSpec("A", tokens(1, 5), tokens(2, 3), accept_counts=(1,))
+        record = run([a, follow_up(a)], ASYNC.replace(spec_tokens=2), without("final_token_watermark"))
+        assert poisoned(record) == [] and stored_chunks(record, "A") == {0, 1}
+        alone = run([a], ASYNC.replace(spec_tokens=2))
+        assert alone.scheduled_tokens == 5 + 3 + 3 and alone.output_tokens == 3  # step 2: 1 + 2 drafts, dropped
 
 
 class TestK05EveryStoredChunkIsServed:

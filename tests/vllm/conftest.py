@@ -16,6 +16,7 @@ class CoreObservations:
     first_admission: dict[str, tuple[int, int]] = field(default_factory=dict)  # GPU hit, connector hit
     chunks_stored: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     chunks_loaded: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    flushed_jobs: set[int] = field(default_factory=set)  # store jobs a plan named in jobs_to_flush
 
     def of(self, req_id: str) -> tuple:
         return (self.first_admission.get(req_id), self.chunks_stored[req_id], self.chunks_loaded[req_id])
@@ -41,6 +42,7 @@ def observe_core(core) -> CoreObservations:
             seen.chunks_stored[job.req_id] += len(job.chunk_slots)
         for job in plan.load_jobs:
             seen.chunks_loaded[job.req_id] += len(job.chunk_slots)
+        seen.flushed_jobs.update(plan.jobs_to_flush)
         return plan
 
     core.get_num_new_matched_tokens = observed_lookup

@@ -63,9 +63,11 @@ def test_the_shipped_model_config_matches_the_kv_shape_the_harness_assumes():
     assert config["vocab_size"] == 32_000  # the workloads' vocabulary (kvoffload.workloads.tokens)
 
 
-@pytest.mark.parametrize("name", ["shared-prefix-small", "multi-turn-small", "spec-decode-small"])
-def test_stores_and_loads_through_vllms_block_manager_and_every_loaded_slot_holds_the_right_kv(small_workload, name):
-    workload = small_workload(name)
+@pytest.mark.parametrize("name, scheduling", [("shared-prefix-small", "sync"), ("multi-turn-small", "sync"),
+                                              ("spec-decode-small", "sync"), ("spec-decode-small", "async")])
+def test_stores_and_loads_through_vllms_block_manager_and_every_loaded_slot_holds_the_right_kv(
+        small_workload, name, scheduling):
+    workload = small_workload(name, scheduling=scheduling)
     replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"))
     record = replay.run()
     stats = replay.scheduler.connector.core.stats

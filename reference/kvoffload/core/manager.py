@@ -297,10 +297,10 @@ class CPUOffloadManager:
             return
         used = {chunk.slot for chunk in self._chunks.values()}
         assert len(used) == len(self._chunks), "two chunks share a slot"
-        assert not used & set(self._free_slots), "a slot is both used and free"
+        assert used.isdisjoint(self._free_slots), "a slot is both used and free"
         assert len(used) + len(self._free_slots) == self.capacity_chunks, "slots leaked"
         if self._ranked_at_insert:
-            assert set(self._lru) == set(self._chunks), "a held chunk has no rank"
+            assert self._lru.keys() == self._chunks.keys(), "a held chunk has no rank"
         else:
             ready = {key for key, chunk in self._chunks.items() if chunk.ref_count == 0}
-            assert ready == set(self._lru), "LRU set differs from ready chunks"
+            assert ready == self._lru.keys(), "LRU set differs from ready chunks"

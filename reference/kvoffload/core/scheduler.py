@@ -44,6 +44,10 @@ from kvoffload.core.types import (
 )
 
 
+# Moved store cursors remembered between invariant checks, at most (then every cursor is checked).
+MOVED_KEPT = 4096
+
+
 class ReferenceConnectorScheduler:
     def __init__(self, config: ConnectorConfig, fixes: Fixes | None = None,
                  manager: CPUOffloadManager | None = None):
@@ -57,7 +61,11 @@ class ReferenceConnectorScheduler:
         self._tokens_per_chunk = config.tokens_per_chunk
         self.jobs = JobRegistry(num_workers=config.num_workers)
         self.stats = SchedulerStats()
-        self._stores = StorePlanner(config, self.fixes, self.manager, self.jobs, self.stats)
+        # Store cursors moved since the last invariant check (the per-step check looks at these
+        # only: elsewhere a cursor only goes back to chunk 0). Bounded: past MOVED_KEPT, all next time.
+        self._cursor_moved: list[RequestState] = []
+        self._check_every_cursor = False
+        self._stores = StorePlanner(config, self.fixes, self.manager, self.jobs, self.stats, self._cursor_moved)
         self._requests: dict[ReqId, RequestState] = {}
         self._chunks_being_loaded: set[OffloadKey] = set()
         self._failed_jobs: set[JobId] = set()
@@ -149,6 +157,7 @@ class ReferenceConnectorScheduler:
         keys = tuple(state.offload_keys[first_chunk:end_chunk])
         destination = tuple(block_ids[local_blocks:cdiv(num_cached, cfg.block_size)])
         state.move_cursor(end_chunk, self._tokens_per_chunk)  # hit chunks are not stored again
+        self._cursor_moved.append(state)
         if self._has_jobs(state):
             # Only reachable with defer_lookup_while_transferring off (vLLM issue #46014).
             raise ConnectorCrash(f"assert not transfer_jobs: load for {req.req_id!r} while it has jobs in flight")
@@ -205,6 +214,9 @@ class ReferenceConnectorScheduler:
         self._flush_next_plan = set()
         self._load_jobs_this_step = []
         self._allocated_this_step = set()
+        if len(self._cursor_moved) > MOVED_KEPT:  # nobody checks (invariants off): stay bounded
+            self._cursor_moved.clear()
+            self._check_every_cursor = True
         return plan
 
     # ---- finish, completions, reset -------------------------------------------------------
@@ -307,12 +319,19 @@ class ReferenceConnectorScheduler:
         return self._requests[req_id].next_stored_chunk
 
     def check_invariants(self, full: bool = True) -> None:
-        """Invariants I1-I4 (docs/design.md) over the job indexes (cost: jobs in flight);
-        ``full`` adds the manager's O(capacity) checks."""
-        self.jobs.check_invariants()
+        """Invariants I1-I4 (docs/design.md); without ``full`` the cheap part (counts, the jobs'
+        requests, the store cursors: no set is built), with ``full`` every relation of the job
+        indexes and the manager's O(capacity) checks."""
+        self.jobs.check_invariants(full)
         self.manager.check_invariants(full)
-        for req_id in self.jobs.request_ids():
-            assert req_id in self._requests, f"I3: {req_id!r} has jobs but no state"
-        if self.fixes.storable_within_allocated:
-            for state in self._requests.values():
-                assert state.next_stored_chunk <= len(state.offload_keys), "store cursor past the known keys"
+        requests = self._requests
+        if not self.jobs.request_keys() <= requests.keys():
+            missing = next(req_id for req_id in self.jobs.request_keys() if req_id not in requests)
+            raise AssertionError(f"I3: {missing!r} has jobs but no state")
+        if self.fixes.storable_within_allocated:  # keys only grow: only a moved cursor can pass them
+            every = full or self._check_every_cursor
+            states = requests.values() if every else self._cursor_moved
+            assert all([state.next_stored_chunk <= len(state.offload_keys) for state in states]), \
+                "store cursor past the known keys"
+        self._cursor_moved.clear()
+        self._check_every_cursor = False

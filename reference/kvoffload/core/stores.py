@@ -34,8 +34,9 @@ _STORE = TransferKind.STORE
 
 class StorePlanner:
     def __init__(self, config: ConnectorConfig, fixes: Fixes, manager: CPUOffloadManager, jobs: JobRegistry,
-                 stats: SchedulerStats):
+                 stats: SchedulerStats, cursor_moved: list[RequestState]):
         self.config, self.fixes, self.manager, self.jobs, self.stats = config, fixes, manager, jobs, stats
+        self._cursor_moved = cursor_moved  # states whose cursor moved: the connector's per-step check
         # vLLM <= 0.30's _touch: a store that allocated moves all the request's keys to the
         # recent end. From 0.31 the manager ranks on its own; the connector never touches.
         self._touch_on_access = manager.recency is Recency.TOUCH_ON_ACCESS
@@ -49,16 +50,14 @@ class StorePlanner:
         jobs: list[TransferJob] = []
         state_of = requests.get
         if self._cursor_monotonic:
-            for req_id, num_scheduled in out.num_scheduled_tokens.items():
-                state = state_of(req_id)
-                if state is None:
-                    continue
-                req = state.req
-                # The common decode step: the watermark, min(computed + scheduled, num_tokens),
-                # stays short of the end of the next chunk to store. Nothing to do.
-                boundary = state.store_boundary
-                if req.num_computed_tokens + num_scheduled < boundary or len(req.all_token_ids) < boundary:
-                    continue
+            # The common decode step: the watermark, min(computed + scheduled, num_tokens), stays
+            # short of the end of the next chunk to store. Nothing to do: one comprehension
+            # filters those out (it runs over every scheduled request, every step).
+            due = [(state, num_scheduled) for req_id, num_scheduled in out.num_scheduled_tokens.items()
+                   if (state := state_of(req_id)) is not None
+                   and state.req.num_computed_tokens + num_scheduled >= state.store_boundary
+                   and len(state.req.all_token_ids) >= state.store_boundary]
+            for state, num_scheduled in due:
                 self._store_request(state, num_scheduled, allocated, flush, jobs)
         else:  # a rewinding cursor (vLLM 0.25) must see every request, behind its cursor or not
             for req_id, num_scheduled in out.num_scheduled_tokens.items():
@@ -90,6 +89,7 @@ class StorePlanner:
                 # vLLM 0.25's advance_stored_idx assigned: after a preemption the prefill's
                 # watermark is below the cursor and pulls it back (0.26 takes the max).
                 state.move_cursor(num_chunks, tpc)
+                self._cursor_moved.append(state)
             return
         offload_keys = state.offload_keys
         if (len(offload_keys) + 1) * bpc <= len(req.block_hashes):
@@ -104,6 +104,7 @@ class StorePlanner:
             # The decode step: one chunk completed. Same checks as below, without the slices.
             if block_ids[num_chunks * bpc - 1] == NULL_BLOCK:
                 state.move_cursor(num_chunks, tpc)
+                self._cursor_moved.append(state)
                 return
             keys: list[OffloadKey] = [offload_keys[start]]
             positions: Sequence[int] = (start,)
@@ -120,6 +121,7 @@ class StorePlanner:
                           if block != NULL_BLOCK]
                 if not wanted:
                     state.move_cursor(num_chunks, tpc)
+                    self._cursor_moved.append(state)
                     return
                 keys = [key for _, key in wanted]
                 positions = [chunk for chunk, _ in wanted]
@@ -130,6 +132,7 @@ class StorePlanner:
             self.stats.store_allocation_failures += 1
             return
         state.move_cursor(num_chunks, tpc)
+        self._cursor_moved.append(state)
         keys_to_store = prepared.keys_to_store
         if not keys_to_store:
             return

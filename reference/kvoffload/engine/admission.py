@@ -25,6 +25,7 @@ import enum
 from typing import TYPE_CHECKING, Callable
 
 from kvoffload.core.types import RequestStatus, cdiv
+from kvoffload.engine import spec
 from kvoffload.engine.live import LiveRequest, Phase
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ class Admission:
         self.scheduler = scheduler
         self.config = scheduler.config
         self.pool = scheduler.pool
+        self.padding = spec.DecodePadding(self.config, [])  # set by the scheduler every step
 
     def admit(self, budget: int, join_step: Callable[[LiveRequest, int], None]) -> None:
         """Walk the KV-holding queue, then the waiting queue, until the budget, the seats or the
@@ -84,7 +86,10 @@ class Admission:
         rest of the chunk; the loaded request keeps its blocks while it waits."""
         req, pool, bs = live.req, self.pool, self.config.block_size
         self.scheduler.commit_computed(live, live.loaded_tokens)  # _update_waiting_for_remote_kv
-        count = min(req.num_tokens - req.num_computed_tokens, budget)
+        count = self.padding.count(req.num_tokens - req.num_computed_tokens, req.num_computed_tokens,
+                                   min(req.num_tokens - req.num_computed_tokens, budget), budget)
+        if count is None:  # spec decode: its padded step does not fit the budget
+            return Outcome.STOP, 0
         needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
         if self.config.reserve_full_isl and cdiv(req.num_tokens, bs) - len(live.blocks) > pool.num_free:
             return Outcome.STOP, 0
@@ -96,14 +101,17 @@ class Admission:
     def _admit_new(self, live: LiveRequest, budget: int) -> tuple[Outcome, int]:
         """A new or preempted request: GPU prefix hit, connector hit, then the allocation."""
         req, bs = live.req, self.config.block_size
-        local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs)
+        local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs, live.req_id)
         num_local = len(local_blocks) * bs
         observer = self.scheduler.observer
         hits, _ = observer.timed(self.scheduler.connector.get_num_new_matched_tokens, req, num_local)
         if hits is None:
             return Outcome.DEFERRED, 0
         observer.looked_up(req.num_tokens - num_local)
-        count = 0 if hits else min(req.num_tokens - num_local, budget)
+        count = 0 if hits else self.padding.count(req.num_tokens - num_local, num_local,
+                                                  min(req.num_tokens - num_local, budget), budget)
+        if count is None:  # spec decode: its padded step does not fit the budget
+            return Outcome.STOP, 0
         needed = cdiv(num_local + hits + count, bs) - len(local_blocks)
         if not self._fits(live, local_blocks, needed, hits):
             return Outcome.STOP, 0
@@ -117,7 +125,8 @@ class Admission:
         full_prompt = cdiv(live.req.num_tokens, self.config.block_size)
         if self.config.reserve_full_isl and full_prompt - len(local_blocks) > free:
             return False
-        return needed <= free - (self.inflight_reserved_blocks() if hits else 0)
+        # A load also leaves one decode step's blocks under spec decode (_spec_decode_step_blocks).
+        return needed <= free - (self.inflight_reserved_blocks() + spec.step_blocks(self.config) if hits else 0)
 
     def _allocate(self, live: LiveRequest, local_blocks: list[int], needed: int, hits: int) -> None:
         """Take the prefix hit, allocate the rest, tell the connector (``update_state_after_alloc``,

@@ -48,9 +48,6 @@ class EngineConfig:
         _check_int("slot_bytes", self.slot_bytes, minimum=8)
         if self.slot_bytes % 8:
             raise ConfigError(f"slot_bytes must be a multiple of 8, got {self.slot_bytes}")
-        if self.spec_tokens and self.scheduling == "async":
-            raise ConfigError("spec_tokens > 0 needs scheduling 'sync' (speculative decoding under async "
-                              "scheduling is not modelled)")
         _check_int("seed", self.seed, minimum=0)
         if self.gpu_blocks < 2:
             raise ConfigError(f"gpu_blocks must be at least 2 (block 0 is the null block), got {self.gpu_blocks}")

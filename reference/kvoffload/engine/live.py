@@ -38,6 +38,11 @@ class LiveRequest:
     num_committed_blocks: int = 0  # blocks already findable in the GPU prefix cache
     num_outputs: int = 0  # sampled tokens appended so far
     pending_outputs: int = 0  # async: scheduled steps whose sample is not processed yet
+    # Speculative decoding (docs/engine.md, "Speculative decoding"), vLLM's Request fields:
+    placeholders: int = 0  # async: num_output_placeholders (1 + drafts per step in flight)
+    draft_slots: int = 0  # len(spec_token_ids): drafts the next decode step may verify
+    rejected_in_flight: int = 0  # drafts rejected by steps not processed yet (positions shift)
+    prefill_chunk: bool = False  # is_prefill_chunk when this step's schedule reached it
     generation: int = 0  # bumped by preemption: outputs scheduled before it are dropped
     spec_steps: int = 0  # decode steps with drafts so far (indexes accept_counts)
     loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings
@@ -78,5 +83,7 @@ class LiveRequest:
             while accepted < k and rng.random() < acceptance:
                 accepted += 1
         self.spec_steps += 1
-        # Never accept past the scripted output: the bonus token must exist.
-        return max(0, min(accepted, k, self.spec.max_tokens - self.num_outputs - 1))
+        # Never accept past the scripted output: the bonus token must exist. Async: the tokens of
+        # the step still in flight count (its acceptance is known; its update is not processed).
+        in_flight = self.placeholders - self.rejected_in_flight
+        return max(0, min(accepted, k, self.spec.max_tokens - self.num_outputs - in_flight - 1))

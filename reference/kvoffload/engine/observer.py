@@ -158,13 +158,20 @@ class RunObserver:
         self.record.modeled_seconds = modeled
 
     def model_step(self, scheduled: Sequence, plan: StepPlan) -> None:
-        prefill = sum(item.num_tokens for item in scheduled if item.prefill)
-        decode = sum(1 for item in scheduled if not item.prefill)
+        prefill = decode = total = 0  # one pass: this runs every step
+        for item in scheduled:
+            total += item.num_tokens
+            if item.prefill:
+                prefill += item.num_tokens
+            else:
+                decode += 1
         tpb = self.block_size
-        loads = sum(len(job.gpu_block_ids) for job in plan.load_jobs) * tpb
-        flushed = (self.open_stores.get(job_id) for job_id in plan.jobs_to_flush)  # this plan's and older
-        flushes = sum(len(store.job.gpu_block_ids) for store in flushed if store is not None) * tpb
-        self.record.scheduled_tokens += sum(item.num_tokens for item in scheduled)
+        loads = sum(len(job.gpu_block_ids) for job in plan.load_jobs) * tpb if plan.load_jobs else 0
+        flushes = 0
+        if plan.jobs_to_flush:
+            flushed = (self.open_stores.get(job_id) for job_id in plan.jobs_to_flush)  # this plan's and older
+            flushes = sum(len(store.job.gpu_block_ids) for store in flushed if store is not None) * tpb
+        self.record.scheduled_tokens += total
         self.record.modeled_seconds += self.profile.step_seconds(prefill, decode, loads, flushes)
 
     # ---- invariants ---------------------------------------------------------------------------

@@ -15,12 +15,13 @@ block a pending store still reads is rewritten for another request (else a
 
 from __future__ import annotations
 
+from array import array
 from typing import Callable, Collection, Sequence
 
 import numpy as np
 import torch
 
-from kvoffload.core.types import StepPlan, TransferJob
+from kvoffload.core.types import TOKEN_TYPECODE, StepPlan, TransferJob
 from kvoffload.engine.record import FenceViolation, PoisonedLoad
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.worker.kv import KVCache
@@ -39,6 +40,17 @@ def prefix_fingerprints(token_ids: np.ndarray) -> np.ndarray:
     inv_pows = np.cumprod(np.full(n, _BASE_INV, dtype=np.uint64)) * np.uint64(_BASE)  # B**-i
     terms = (token_ids.astype(np.uint64) + np.uint64(1)) * inv_pows
     return base_pows * np.cumsum(terms, dtype=np.uint64)
+
+
+def scripted_sequence(live) -> np.ndarray:
+    """A new request's whole scripted sequence (prompt + outputs) as int64. The prompt is read
+    from the request's own token buffer (an int32 ``array("i")``, copied at C speed; numpy converts a
+    tuple of Python ints about 300 times slower), the outputs from the spec."""
+    tokens = live.req.all_token_ids
+    if isinstance(tokens, array) and tokens.typecode == TOKEN_TYPECODE and len(tokens) == live.spec.num_prompt_tokens:
+        return np.concatenate([np.frombuffer(tokens, dtype=np.int32).astype(np.int64),
+                               np.asarray(live.spec.output_token_ids, dtype=np.int64)])
+    return np.asarray(live.truth, dtype=np.int64)
 
 
 def extend_fingerprint(previous: int, token_id: int) -> int:
@@ -61,6 +73,9 @@ class KVOracle:
         self.tokens_per_chunk = tokens_per_chunk
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
         self._slot_fp = kv.gpu.view(kv.num_gpu_blocks * block_size, kv.slot_bytes).view(torch.int64)[:, 0]
+        # On the CPU the same slots as a numpy view: a fancy-index write costs a few µs, torch's
+        # index_put a few tens (it runs every step).
+        self._slot_fp_np = self._slot_fp.numpy() if kv.gpu.device.type == "cpu" else None
         # Fingerprints of each live request's scripted sequence (int64 bit patterns), made when
         # first read (its first forward or load check, not while it waits in the queue) and
         # dropped when it finishes: memory follows what runs, not the workload or its backlog.
@@ -85,41 +100,39 @@ class KVOracle:
 
     # ---- the forward ----------------------------------------------------------------------
 
-    def forward(self, scheduled: Sequence) -> dict[str, set[int]]:
-        """Write each scheduled position's fingerprint into its slot (one tensor write per step);
-        returns the blocks each request wrote."""
+    def forward(self, scheduled: Sequence) -> "ForwardWrites":
+        """Write each scheduled position's fingerprint into its slot (one array write per step);
+        returns the blocks each request wrote (built only if the fence check needs them)."""
         bs = self.block_size
+        fingerprints = self._fp
         small_slots: list[int] = []  # decode-sized writes, computed in Python
-        small_values: list[np.ndarray] = []  # their fingerprints, a slice per request
+        small_values: list = []  # their fingerprints: a numpy scalar or slice per request
         big_slots: list[np.ndarray] = []
         big_values: list[np.ndarray] = []
         draft_slots: list[int] = []
         draft_values: list[int] = []
-        writes: dict[str, set[int]] = {}
         for item in scheduled:
-            live = item.live
-            blocks = live.blocks
-            written_blocks = writes.setdefault(live.req_id, set())
-            start, end = item.start, item.start + item.num_tokens
-            if item.num_tokens > 1 and not item.prefill:  # 1 real token + drafts
+            start, num_tokens = item.start, item.num_tokens
+            if num_tokens == 1:  # the decode step: one position, one slot
+                small_slots.append(item.live.blocks[start // bs] * bs + start % bs)
+                small_values.append(fingerprints[item.live.req_id][start:start + 1])
+            elif num_tokens > 1 and not item.prefill:  # 1 real token + drafts
+                blocks = item.live.blocks
                 for position, value in self._draft_fingerprints(item):
-                    block = blocks[position // bs]
-                    written_blocks.add(block)
-                    draft_slots.append(block * bs + position % bs)
+                    draft_slots.append(blocks[position // bs] * bs + position % bs)
                     draft_values.append(value)
-            elif item.num_tokens <= SMALL_WRITE:
-                for position in range(start, end):
-                    block = blocks[position // bs]
-                    written_blocks.add(block)
-                    small_slots.append(block * bs + position % bs)
-                small_values.append(self._fp[live.req_id][start:end])
+            elif num_tokens <= SMALL_WRITE:
+                blocks = item.live.blocks
+                small_slots.extend(blocks[position // bs] * bs + position % bs
+                                   for position in range(start, start + num_tokens))
+                small_values.append(fingerprints[item.live.req_id][start:start + num_tokens])
             else:
+                end = start + num_tokens
                 first, last = start // bs, (end - 1) // bs
-                table = np.asarray(blocks[first:last + 1], dtype=np.int64)
+                table = np.asarray(item.live.blocks[first:last + 1], dtype=np.int64)
                 positions = np.arange(start, end, dtype=np.int64)
                 big_slots.append(table[positions // bs - first] * bs + positions % bs)
-                big_values.append(self._fp[live.req_id][start:end])
-                written_blocks.update(blocks[first:last + 1])
+                big_values.append(fingerprints[item.live.req_id][start:end])
         if small_slots or big_slots or draft_slots:
             slots = np.concatenate([np.asarray(small_slots + draft_slots, dtype=np.int64), *big_slots])
             values = np.concatenate([*small_values, *big_values]) if small_values or big_values \
@@ -127,8 +140,8 @@ class KVOracle:
             if draft_slots:
                 values = np.concatenate([values[:len(small_slots)], np.asarray(draft_values, dtype=np.int64),
                                          values[len(small_slots):]])
-            self._slot_fp[torch.from_numpy(slots)] = torch.from_numpy(values)
-        return writes
+            self._write_slots(slots, values)
+        return ForwardWrites(scheduled, bs)
 
     def _draft_fingerprints(self, item) -> list[tuple[int, int]]:
         """Decode step with drafts: position ``start`` is the real last token; draft j sits at
@@ -148,9 +161,15 @@ class KVOracle:
             written.append((position, to_signed_int(previous)))
         return written
 
+    def _write_slots(self, slots: np.ndarray, values: np.ndarray) -> None:
+        if self._slot_fp_np is not None:
+            self._slot_fp_np[slots] = values
+        else:
+            self._slot_fp[torch.from_numpy(slots)] = torch.from_numpy(values).to(self._slot_fp.device)
+
     # ---- the checks ---------------------------------------------------------------------------
 
-    def check_fence(self, step: int, plan: StepPlan, writes: dict[str, set[int]],
+    def check_fence(self, step: int, plan: StepPlan, writes: "ForwardWrites",
                     not_copied: list[TransferJob],
                     held_by: Callable[[str], Collection[int]]) -> list[FenceViolation]:
         """No block a not-yet-copied store reads may be rewritten after its request let it go.
@@ -193,6 +212,29 @@ class KVOracle:
                 for chunk in sorted(set((positions // tpc).tolist()))]
 
 
+class ForwardWrites:
+    """The blocks each request's forward wrote, per request id (first scheduled first); only the
+    fence check reads them, and only in steps with stores not copied yet."""
+
+    __slots__ = ("_scheduled", "_block_size")
+
+    def __init__(self, scheduled: Sequence, block_size: int):
+        self._scheduled = scheduled
+        self._block_size = block_size
+
+    def items(self):
+        bs = self._block_size
+        writes: dict[str, set[int]] = {}
+        for item in self._scheduled:
+            if not item.num_tokens:
+                writes.setdefault(item.live.req_id, set())
+                continue
+            # every position start .. start + num_tokens - 1 (drafts included) is written
+            first, last = item.start // bs, (item.start + item.num_tokens - 1) // bs
+            writes.setdefault(item.live.req_id, set()).update(item.live.blocks[first:last + 1])
+        return writes.items()
+
+
 class _Fingerprints(dict):
     """req_id -> fingerprints, made on the first lookup from the request registered on arrival."""
 
@@ -202,5 +244,5 @@ class _Fingerprints(dict):
 
     def __missing__(self, req_id: str) -> np.ndarray:
         live = self.arrived.pop(req_id)
-        fingerprints = self[req_id] = prefix_fingerprints(np.asarray(live.truth, dtype=np.int64)).view(np.int64)
+        fingerprints = self[req_id] = prefix_fingerprints(scripted_sequence(live)).view(np.int64)
         return fingerprints

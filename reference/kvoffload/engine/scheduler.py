@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.engine import spec
 from kvoffload.engine.admission import Admission
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
@@ -22,9 +22,9 @@ from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 
 
-@dataclass(frozen=True, slots=True)
-class Scheduled:
-    """One request's share of a step, fixed at schedule time."""
+class Scheduled(NamedTuple):
+    """One request's share of a step, fixed at schedule time (immutable; a NamedTuple rather than
+    a frozen dataclass: one per scheduled request per step, built at C speed)."""
 
     live: LiveRequest
     start: int  # first position written
@@ -33,10 +33,10 @@ class Scheduled:
     accepted: int  # drafts that survive verification
     generation: int
     prefill: bool
+    drafts: int = 0  # draft positions among num_tokens
 
 
-@dataclass(frozen=True, slots=True)
-class StepOutput:
+class StepOutput(NamedTuple):
     """What one step's forward and worker poll produced, applied by ``update_from_output``."""
 
     step: int
@@ -77,6 +77,7 @@ class SchedulerModel:
         self.deferred_frees: deque[tuple[int, list[int]]] = deque()  # (fence, blocks)
         self.blocks_awaiting_load: dict[str, list[int]] = {}  # aborted while loading: freed when it lands
         self.admission = Admission(self)
+        self._held_sets: dict[str, list] = {}  # req_id -> [its block list, length seen, set of it]
 
     # ---- arrivals and aborts --------------------------------------------------------------
 
@@ -125,13 +126,9 @@ class SchedulerModel:
             if asynchronous and live.scheduling_cap_reached():
                 index += 1
                 continue
-            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            known = req.num_tokens + (live.placeholders if asynchronous else 0)
             remaining = known - req.num_computed_tokens
-            drafts = cfg.spec_tokens if remaining == 1 and cfg.spec_tokens else 0
-            count = min(remaining + drafts, budget)
-            if count < remaining + drafts:
-                drafts = 0
-                count = min(remaining, budget)
+            count, drafts = spec.running_share(live, remaining, budget)
             needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
             while needed > self.pool.num_free:
                 victim = self.running[-1]
@@ -151,8 +148,8 @@ class SchedulerModel:
             samples = req.num_computed_tokens + count >= known
             accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
             self.commit(live, count)
-            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, accepted,
-                                       live.generation, prefill=remaining > 1))
+            scheduled.append(Scheduled(live, spec.scheduled(live, drafts, accepted), count, samples, accepted,
+                                       live.generation, prefill=remaining > 1, drafts=drafts))
             num_scheduled[live.req_id] = count
             budget -= count
             index += 1
@@ -167,15 +164,17 @@ class SchedulerModel:
             live.phase = Phase.RUNNING
             self.running.append(live)
             new_blocks[live.req_id] = tuple(live.blocks)
-            known = req.num_tokens + (live.pending_outputs if asynchronous else 0)
+            known = req.num_tokens + (live.placeholders if asynchronous else 0)
             samples = req.num_computed_tokens + count >= known
             if req.num_computed_tokens + count < req.num_tokens:  # a chunked prefill: its rest is reserved
                 self.inflight_prefills[live.req_id] = live
             self.commit(live, count)
-            scheduled.append(Scheduled(live, req.num_computed_tokens, count, samples, 0, live.generation,
-                                       prefill=True))
+            drafts = max(0, req.num_computed_tokens + count - req.num_tokens)  # padding (spec.DecodePadding)
+            scheduled.append(Scheduled(live, spec.scheduled(live, drafts, 0), count, samples, 0, live.generation,
+                                       prefill=not drafts, drafts=drafts))
             num_scheduled[live.req_id] = count
 
+        self.admission.padding = spec.DecodePadding(self.config, scheduled)
         self.admission.admit(budget, join_step)
 
     def commit_computed(self, live: LiveRequest, num_tokens: int) -> None:
@@ -222,6 +221,7 @@ class SchedulerModel:
         live.phase = Phase.WAITING
         live.generation += 1
         live.pending_outputs = 0
+        spec.forget(live)
         self.waiting.appendleft(live)
         self.observer.preempted(live)
 
@@ -237,6 +237,7 @@ class SchedulerModel:
             live.last_scheduled_seq = seq
             if item.samples and asynchronous:
                 live.pending_outputs += 1
+                spec.after_schedule(live, item.drafts, self.config.spec_tokens)
             if inflight and req.num_computed_tokens >= req.num_tokens:  # no longer a prefill chunk
                 inflight.pop(live.req_id, None)
 
@@ -267,11 +268,10 @@ class SchedulerModel:
                 req.append_tokens(tokens)
                 live.num_outputs += len(tokens)
                 self.observer.sampled(len(tokens))
-                rejected = item.num_tokens - 1 - item.accepted if not item.prefill else 0
-                req.num_computed_tokens -= rejected
+                spec.verified(live, item.drafts, item.accepted, len(tokens), asynchronous, self.config.spec_tokens)
                 # AsyncScheduler._update_request_with_output -> cache_blocks (only when a block filled)
-                if asynchronous and (req.num_computed_tokens - live.pending_outputs) // bs > live.num_committed_blocks:
-                    self.commit_computed(live, req.num_computed_tokens - live.pending_outputs)
+                if asynchronous and (req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks:
+                    self.commit_computed(live, req.num_computed_tokens - live.placeholders)
             if live.num_outputs >= live.spec.max_tokens:
                 status = RequestStatus.FINISHED_STOPPED if live.spec.stop == "eos" else RequestStatus.FINISHED_LENGTH
                 self.finish(live, status, step)
@@ -298,6 +298,8 @@ class SchedulerModel:
         if live in self.kv_holding:
             self.kv_holding.remove(live)
         self.inflight_prefills.pop(live.req_id, None)
+        self.pool.forget_prefix(live.req_id)
+        self._held_sets.pop(live.req_id, None)
         self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
         if load_in_flight:  # the load still writes them
             self.blocks_awaiting_load[live.req_id] = live.blocks
@@ -325,8 +327,12 @@ class SchedulerModel:
     # ---- state for the engine -----------------------------------------------------------------
 
     def blocks_in_use(self) -> int:
-        """Block-table entries of live requests plus blocks whose free is deferred."""
-        in_use = sum(len(live.blocks) for live in self.live.values())
+        """Block-table entries of live requests plus blocks whose free is deferred or that an
+        aborted request's load still writes. Only running and KV-holding requests hold blocks (a
+        waiting one holds none: preemption frees them, admission allocates as it leaves the
+        queue), so the sum runs over those: O(running), not O(waiting), every step. A waiting
+        request that kept blocks would show as blocks referenced by no request."""
+        in_use = sum([len(live.blocks) for live in self.running]) + sum([len(live.blocks) for live in self.kv_holding])
         if self.deferred_frees:
             in_use += sum(len(blocks) for _, blocks in self.deferred_frees)
         if self.blocks_awaiting_load:
@@ -334,5 +340,18 @@ class SchedulerModel:
         return in_use
 
     def blocks_held_by(self, req_id: str) -> set[int] | tuple:
+        """The blocks a live request holds (the fence check asks for each store not yet copied).
+        Block tables only grow while they are the same list (``extend``; a free or an admission
+        puts a new list in place), so the set is kept and grown, not rebuilt each step."""
         owner = self.live.get(req_id)
-        return set(owner.blocks) if owner is not None else ()
+        if owner is None:
+            self._held_sets.pop(req_id, None)
+            return ()
+        blocks = owner.blocks
+        kept = self._held_sets.get(req_id)
+        if kept is None or kept[0] is not blocks:
+            kept = self._held_sets[req_id] = [blocks, len(blocks), set(blocks)]
+        elif kept[1] != len(blocks):
+            kept[2].update(blocks[kept[1]:])
+            kept[1] = len(blocks)
+        return kept[2]

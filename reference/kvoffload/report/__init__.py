@@ -31,7 +31,7 @@ from pathlib import Path
 from kvoffload.report.figures import FILE_PATTERNS, draw_ablation, draw_capacity, draw_store_delays
 from kvoffload.report.history import draw_asv_history
 from kvoffload.report.page import Page, write_html, write_markdown
-from kvoffload.report.sources import asv_param_names, check_source, find_asv_points, find_runs
+from kvoffload.report.sources import asv_param_names, check_source, find_asv_points, find_runs, read_asv_suite
 from kvoffload.results import ResultError
 
 
@@ -64,7 +64,8 @@ def draw_report(source: Path, out: Path) -> Path:
     else:
         page.notes.append("fix ablation, capacity and store delays: no run results (kvoffload bench writes them)")
     if points:
-        page.charts += draw_asv_history(points, units, out, asv_param_names(source / "asv"))
+        param_names = asv_param_names(read_asv_suite(source / "asv"))
+        page.charts += draw_asv_history(points, units, out, param_names)
     else:
         page.notes.append(f"asv history: no asv results under {source / 'asv'} "
                           "(asv run --set-commit-hash ... writes them)")

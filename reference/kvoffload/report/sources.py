@@ -4,7 +4,8 @@
   (``kvoffload run`` / ``kvoffload bench`` output). Other JSON (bench summaries, asv files) is
   passed over; a file that claims the run schema but is malformed is listed as ignored.
 - asv results: ``<source>/asv/<machine>/<commit>-<env>.json`` (``machine.json`` excluded) and
-  ``<source>/asv/benchmarks.json`` for units. A row of ``results`` holds one value per parameter
+  ``<source>/asv/benchmarks.json`` for units, versions and parameter names. These are asv's by
+  their place: one that cannot be read stops the report (ResultError, exit 2), before any output. A row of ``results`` holds one value per parameter
   combination, flattened in Cartesian order of the row's ``params``.
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,62 +115,96 @@ def find_asv_points(asv_dir: Path) -> tuple[list[AsvPoint], dict[str, str]]:
 
     As asv's own views do, a value recorded under another ``version`` of its benchmark than the
     suite's current one (benchmarks.json) is left out: the number meant something else then.
+    The files are asv's by their place, so one that cannot be read (not a regular file, not UTF-8,
+    not JSON, not asv's layout) raises ResultError naming it, before anything is drawn.
     """
-    if not asv_dir.is_dir():
+    if not os.path.lexists(asv_dir):
         return [], {}
-    units = _asv_units(asv_dir / "benchmarks.json")
-    current = asv_versions(asv_dir)
+    if not asv_dir.is_dir():
+        raise ResultError(f"{asv_dir}: not a directory (expected asv results: <machine>/<commit>-<env>.json)")
+    suite = read_asv_suite(asv_dir)
+    units = {name: str(entry.get("unit", "")) for name, entry in suite.items() if isinstance(entry, dict)}
+    current = asv_versions(suite)
     points: list[AsvPoint] = []
     for machine_dir in sorted(p for p in asv_dir.iterdir() if p.is_dir()):
         for path in sorted(machine_dir.glob("*.json")):
-            if path.name == "machine.json" or not path.is_file():  # a FIFO would block the read
+            if path.name == "machine.json":
                 continue
             points.extend(p for p in _asv_file_points(path, machine_dir.name)
                           if p.version is None or current.get(p.benchmark) in (None, p.version))
     return points, units
 
 
-def asv_versions(asv_dir: Path) -> dict[str, str]:
-    """{benchmark: its current version} from ``asv_dir``/benchmarks.json ({} when absent)."""
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in ``path``; ResultError naming ``path`` and ``what`` was expected otherwise.
+
+    Opened without blocking and checked on the open descriptor: a FIFO would block a plain read
+    forever, and a check before the open could race with a rename.
+    """
     try:
-        data = json.loads((asv_dir / "benchmarks.json").read_text())
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise ResultError(f"{path}: cannot read ({error.strerror}); expected {what}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                    else "not a regular file")
+            raise ResultError(f"{path}: {kind}; expected {what}")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise ResultError(f"{path}: cannot read ({error.strerror}); expected {what}") from None
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ResultError(f"{path}: expected UTF-8 JSON text ({what}), got undecodable bytes at byte "
+                          f"{error.start}") from None
+    except json.JSONDecodeError as error:
+        raise ResultError(f"{path}: not JSON (line {error.lineno}: {error.msg}); expected {what}") from None
+    except RecursionError:
+        raise ResultError(f"{path}: JSON nested too deeply; expected {what}") from None
+
+
+def read_asv_suite(asv_dir: Path) -> dict[str, Any]:
+    """``asv_dir``/benchmarks.json, the suite's benchmarks as asv last saw them ({} when absent)."""
+    path = asv_dir / "benchmarks.json"
+    if not os.path.lexists(path):
         return {}
-    return {name: str(entry["version"]) for name, entry in data.items()
+    data = read_json(path, "asv's benchmarks.json")
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: expected a JSON object of benchmarks, got {type(data).__name__}")
+    return data
+
+
+def asv_versions(suite: dict[str, Any]) -> dict[str, str]:
+    """{benchmark: its current version} from benchmarks.json (``read_asv_suite``)."""
+    return {name: str(entry["version"]) for name, entry in suite.items()
             if isinstance(entry, dict) and entry.get("version") is not None}
 
 
-def asv_param_names(asv_dir: Path) -> dict[str, list[str]]:
-    """{benchmark: its parameter names} from ``asv_dir``/benchmarks.json ({} when absent)."""
-    try:
-        data = json.loads((asv_dir / "benchmarks.json").read_text())
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-        return {}
+def asv_param_names(suite: dict[str, Any]) -> dict[str, list[str]]:
+    """{benchmark: its parameter names} from benchmarks.json (``read_asv_suite``)."""
     return {name: [str(n) for n in entry.get("param_names") or []]
-            for name, entry in data.items() if isinstance(entry, dict)}
-
-
-def _asv_units(path: Path) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
-        return {}
-    return {name: str(entry.get("unit", "")) for name, entry in data.items() if isinstance(entry, dict)}
+            for name, entry in suite.items() if isinstance(entry, dict)}
 
 
 def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
+    data = read_json(path, "an asv result file")
     try:
-        data = json.loads(path.read_text())
         columns = data["result_columns"]
         results = data["results"]
         commit, env = str(data["commit_hash"]), str(data.get("env_name", ""))
         date = int(data.get("date") or 0)
         result_col, params_col = columns.index("result"), columns.index("params")
         version_col = columns.index("version") if "version" in columns else None
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return []  # not an asv result file
+        rows = list(results.items())
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ResultError(f"{path}: not an asv result file ({type(error).__name__}: {error})") from None
     points = []
-    for benchmark, row in results.items():
+    for benchmark, row in rows:
         if not isinstance(row, list) or len(row) <= max(result_col, params_col):
             continue
         values, params = row[result_col], row[params_col] or []

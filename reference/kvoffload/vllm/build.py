@@ -115,8 +115,12 @@ def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, m
                                skip_tokenizer_init=True, max_model_len=max_model_len)
     speculative = None
     if engine.spec_tokens:
-        # ngram proposes without a draft model; the harness supplies the drafts itself.
-        speculative = SpeculativeConfig(method="ngram", num_speculative_tokens=engine.spec_tokens,
+        # n-gram drafting needs no draft model, and the harness supplies the drafts itself. vLLM
+        # runs the CPU n-gram proposer under sync scheduling only; under async it is ngram_gpu
+        # (VllmConfig.__post_init__). Both reserve no lookahead slots and no extra draft slots,
+        # so the scheduler treats them alike.
+        method = "ngram_gpu" if engine.scheduling == "async" else "ngram"
+        speculative = SpeculativeConfig(method=method, num_speculative_tokens=engine.spec_tokens,
                                         prompt_lookup_max=2, prompt_lookup_min=1)
     config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                         cache_config=CacheConfig(block_size=engine.block_size, enable_prefix_caching=True),

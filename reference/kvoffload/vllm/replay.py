@@ -195,13 +195,17 @@ class VllmSchedulerReplay:
         worker.bind_connector_metadata(meta)
         writes, accepted = [], {}
         drafts_of = scheduler_output.scheduled_spec_decode_tokens
+        fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
+        fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
+        in_flight = self._in_flight(fresh)
         for req_id, count in scheduler_output.num_scheduled_tokens.items():
-            sequence, start = self._sequences[req_id], computed[req_id]
+            produced, rejected = in_flight.get(req_id, (0, 0))
+            sequence, start = self._sequences[req_id], computed[req_id] - rejected
             drafts = len(drafts_of.get(req_id, ()))
             real = count - drafts
             values = sequence.written(start, real)
-            if drafts:
-                accepted[req_id] = self._accepted_drafts(req_id, drafts)
+            if drafts:  # a request admitted this step has padding, never accepted (pad_spec_decode)
+                accepted[req_id] = 0 if req_id in fresh else self._accepted_drafts(req_id, drafts, produced)
                 values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
             writes.append((self.tables.tables[req_id], start, values))
@@ -224,9 +228,22 @@ class VllmSchedulerReplay:
         samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
         return step, scheduler_output, output, samples, accepted
 
-    def _accepted_drafts(self, req_id: str, drafts: int) -> int:
+    def _in_flight(self, fresh: set[str]) -> dict[str, tuple[int, int]]:
+        """Async: per request scheduled again, the tokens the step still in flight produces and
+        the drafts it rejected. The scheduler counted those drafts as computed; vLLM's GPU model
+        runner corrects its positions by the previous step's rejections
+        (``GPUModelRunner._update_states``, ``prev_num_draft_len``)."""
+        if self._pending is None:
+            return {}
+        _, previous, _, samples, accepted = self._pending
+        drafts = previous.scheduled_spec_decode_tokens
+        return {req_id: (accepted.get(req_id, 0) + 1, len(drafts.get(req_id, ())) - accepted.get(req_id, 0))
+                for req_id in samples if req_id not in fresh}
+
+    def _accepted_drafts(self, req_id: str, drafts: int, in_flight: int) -> int:
         """The workload's scripted acceptance (else the seeded model), capped so that the bonus
-        token stays inside the script (the simulator's rule, ``LiveRequest.accepted_drafts``)."""
+        token stays inside the script, counting the ``in_flight`` tokens of the step not yet
+        processed (the simulator's rule, ``LiveRequest.accepted_drafts``)."""
         spec, request = self.specs[req_id], self._requests[req_id]
         counts = spec.accept_counts
         if counts:
@@ -236,7 +253,7 @@ class VllmSchedulerReplay:
             while accepted < drafts and self.rng.random() < self.engine.spec_acceptance:
                 accepted += 1
         self._spec_steps[req_id] += 1
-        return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - 1))
+        return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - in_flight - 1))
 
     def _check_load(self, step: int, req_id: str) -> None:
         """The load landed: every slot it wrote must hold the fingerprint of its true prefix."""
@@ -273,8 +290,8 @@ class VllmSchedulerReplay:
             request = self._requests[req_id]
             if req_id not in self._finished and request.is_finished():
                 self._on_finished(req_id, step)
-            elif self.engine.spec_tokens and req_id in samples and not request.is_finished():
-                drafts.append(req_id)
+            elif self.engine.spec_tokens and req_id in samples and not self.config.scheduler_config.async_scheduling:
+                drafts.append(req_id)  # async: the scheduler keeps placeholder drafts itself
         if drafts:
             proposal = [[FILLER_TOKEN] * self.engine.spec_tokens for _ in drafts]
             self.scheduler.update_draft_token_ids(DraftTokenIds(drafts, proposal))

@@ -33,10 +33,6 @@ class DirectionTotals:
     num_bytes: int = 0
     seconds: float = 0.0
 
-    @property
-    def gb_per_s(self) -> float:
-        return self.num_bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
-
     def plus(self, result: TransferResult) -> "DirectionTotals":
         return DirectionTotals(
             self.jobs + 1, self.num_bytes + result.num_bytes, self.seconds + result.seconds
