@@ -1,4 +1,4 @@
-"""Block hashes over compact token buffers: the same chained values whatever holds the tokens,
+"""Block hashes over compact (int32) token buffers: the same chained values whatever holds the tokens,
 computed incrementally, and the same in every process."""
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ BLOCK = 16
 
 
 def model_hashes(tokens: list[int], block_size: int) -> list[bytes]:
-    """An independent model: keyed BLAKE2b over (parent, int64 little-endian ids), block by block."""
+    """An independent model: keyed BLAKE2b over (parent, int32 ids in machine order), block by block."""
     out, parent = [], b"\x00" * 16
     for start in range(0, len(tokens) - block_size + 1, block_size):
         h = hashlib.blake2b(digest_size=16, key=b"kvoffload-bench/block-hash/v1")
         h.update(parent)
-        h.update(b"".join(t.to_bytes(8, sys.byteorder, signed=True) for t in tokens[start : start + block_size]))
+        h.update(b"".join(t.to_bytes(4, sys.byteorder, signed=True) for t in tokens[start : start + block_size]))
         parent = h.digest()
         out.append(parent)
     return out
@@ -37,8 +37,8 @@ def model_hashes(tokens: list[int], block_size: int) -> list[bytes]:
 def test_incremental_hashing_in_any_container_equals_the_model(length, seed, cuts):
     tokens = np.random.default_rng(seed).integers(0, 32_000, size=length).tolist()
     expected = model_hashes(tokens, BLOCK)
-    for container in (tuple, list, lambda t: array("q", t), lambda t: np.array(t, dtype=np.int64),
-                      lambda t: np.array(t, dtype=np.int32)):
+    for container in (tuple, list, lambda t: array("i", t), lambda t: array("q", t),
+                      lambda t: np.array(t, dtype=np.int64), lambda t: np.array(t, dtype=np.int32)):
         hashes: list[bytes] = []
         for end in sorted(cuts) + [len(tokens)]:  # the sequence grows; each call hashes new blocks only
             extend_block_hashes(hashes, container(tokens[:end]), BLOCK)
@@ -73,6 +73,16 @@ def test_a_live_request_hashes_only_newly_full_blocks_as_tokens_arrive():
         assert req.block_hashes[: len(before)] == before  # earlier hashes untouched
         assert req.block_hashes == model_hashes(tokens[: req.num_tokens], BLOCK)
     assert list(req.all_token_ids) == tokens
+
+
+def test_a_request_shares_an_int32_prompt_until_its_first_token_and_never_writes_it():
+    prompt = array("i", range(100, 100 + 2 * BLOCK + 1))
+    req = Request("r", prompt, BLOCK)
+    assert req.all_token_ids is prompt  # a waiting request holds no second copy
+    req.append_tokens((7, 8))
+    assert req.all_token_ids is not prompt and list(prompt) == list(range(100, 100 + 2 * BLOCK + 1))
+    assert list(req.all_token_ids) == list(prompt) + [7, 8]
+    assert req.block_hashes == model_hashes(list(prompt) + [7, 8], BLOCK)
 
 
 def test_hash_values_do_not_depend_on_the_process_or_its_hash_seed():

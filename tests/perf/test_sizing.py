@@ -41,6 +41,7 @@ def test_a_trace_that_cannot_fit_is_rejected_before_its_tokens_are_built(tmp_pat
         raise AssertionError("the trace was generated before the fit check")
 
     monkeypatch.setattr(MooncakeTrace, "generate", must_not_run)
+    monkeypatch.setattr(MooncakeTrace, "stream", must_not_run)
     with pytest.raises(WorkloadError) as error:
         load_workload(f"mooncake:{trace}", {"gpu_blocks": "100"})
     # 5120 tokens in 16-token blocks = 320 blocks + the null block; 99 blocks hold 1584 tokens
@@ -152,12 +153,12 @@ def test_a_trace_is_generated_with_the_auto_sized_pool_already_in_place(tmp_path
     """Generation sees the final pool (a generator may bound lengths by it while it builds)."""
     trace = write_trace(tmp_path / "t.jsonl", [(100_000, 200)])
     seen = []
-    generate = MooncakeTrace.generate
+    stream = MooncakeTrace.stream  # a trace's requests are streamed, built as the replay reaches them
 
     def spy(self, ctx):
         seen.append(ctx.engine.gpu_blocks)
-        return generate(self, ctx)
+        return stream(self, ctx)
 
-    monkeypatch.setattr(MooncakeTrace, "generate", spy)
+    monkeypatch.setattr(MooncakeTrace, "stream", spy)
     load_workload(f"mooncake:{trace}", {"gpu_blocks": "auto"})
     assert seen == [6264]

@@ -4,8 +4,10 @@ The engine owns and mutates it (tokens appended by update_from_output, computed 
 by the scheduler); the connector only reads it. Plain attributes, not properties: the connector
 reads them on its hot path.
 
-Token ids are one compact ``array("q")`` (8 bytes a token, no int objects), which is also the
+Token ids are one compact ``array("i")`` (4 bytes a token, no int objects), which is also the
 buffer the block hashes are computed from: a newly full block is hashed straight from its slice.
+A prompt that already is an ``array("i")`` (trace loaders build them) is shared, not copied,
+until the first sampled token is appended: a request waiting in the queue costs no second copy.
 """
 
 from __future__ import annotations
@@ -13,17 +15,21 @@ from __future__ import annotations
 from array import array
 from typing import Sequence
 
-from kvoffload.core.types import ReqId, RequestStatus, extend_block_hashes, token_bytes
+from kvoffload.core.types import TOKEN_TYPECODE, ReqId, RequestStatus, extend_block_hashes, token_bytes
 
 
 class Request:
     __slots__ = ("req_id", "all_token_ids", "num_prompt_tokens", "num_computed_tokens", "status",
-                 "block_hashes", "_block_size")
+                 "block_hashes", "_block_size", "_shares_prompt")
 
     def __init__(self, req_id: ReqId, prompt_token_ids: Sequence[int], block_size: int):
         self.req_id = req_id
-        self.all_token_ids = array("q")
-        self.all_token_ids.frombytes(token_bytes(prompt_token_ids))
+        self._shares_prompt = isinstance(prompt_token_ids, array) and prompt_token_ids.typecode == TOKEN_TYPECODE
+        if self._shares_prompt:  # read only until append_tokens copies it
+            self.all_token_ids = prompt_token_ids
+        else:
+            self.all_token_ids = array(TOKEN_TYPECODE)
+            self.all_token_ids.frombytes(token_bytes(prompt_token_ids))
         self.num_prompt_tokens = len(self.all_token_ids)
         self.num_computed_tokens = 0
         self.status = RequestStatus.WAITING
@@ -37,6 +43,9 @@ class Request:
 
     def append_tokens(self, token_ids: Sequence[int]) -> None:
         """Sampled tokens (EOS included) join the sequence; newly full blocks get their hash."""
+        if self._shares_prompt:  # the caller's prompt array is never written
+            self.all_token_ids = self.all_token_ids[:]
+            self._shares_prompt = False
         self.all_token_ids.extend(token_ids)
         extend_block_hashes(self.block_hashes, self.all_token_ids, self._block_size)
 

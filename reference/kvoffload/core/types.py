@@ -35,23 +35,26 @@ _ROOT_HASH = b"\x00" * 16
 # The keyed state before any data: copying it skips the key block that a fresh keyed BLAKE2b
 # compresses first, so a block hash costs one copy, two updates and a digest.
 _KEYED = hashlib.blake2b(digest_size=16, key=_HASH_KEY)
-_TOKEN_BYTES = 8  # tokens are hashed as int64, in the machine's byte order (array("q"))
+# Token ids are hashed as int32 in the machine's byte order (array("i")): vocabularies are far
+# below 2**31, and a live request's token buffer is 4 bytes a token (core/request.py).
+TOKEN_TYPECODE = "i"
+_TOKEN_BYTES = 4
 
 
 def token_bytes(token_ids: Sequence[int]) -> memoryview:
-    """The int64 bytes of ``token_ids``, without copying when they already are an int64 array
-    (``array("q")`` or a contiguous numpy int64 array)."""
-    if isinstance(token_ids, array) and token_ids.typecode == "q":
+    """The int32 bytes of ``token_ids``, without copying when they already are an int32 array
+    (``array("i")`` or a contiguous numpy int32 array)."""
+    if isinstance(token_ids, array) and token_ids.typecode == TOKEN_TYPECODE:
         return memoryview(token_ids).cast("B")
     if isinstance(token_ids, np.ndarray):
-        return memoryview(np.ascontiguousarray(token_ids, dtype=np.int64)).cast("B")
-    return memoryview(array("q", token_ids)).cast("B")
+        return memoryview(np.ascontiguousarray(token_ids, dtype=np.int32)).cast("B")
+    return memoryview(array(TOKEN_TYPECODE, token_ids)).cast("B")
 
 
 def chain_block_hash(parent: bytes | None, token_ids: Sequence[int]) -> bytes:
     """Hash of one full block of token ids, chained on the previous block's hash.
 
-    A keyed BLAKE2b over (parent hash, int64 token ids): equal prefixes give equal hashes, and
+    A keyed BLAKE2b over (parent hash, int32 token ids): equal prefixes give equal hashes, and
     the value does not depend on PYTHONHASHSEED or the process.
     """
     h = _KEYED.copy()
@@ -64,7 +67,7 @@ def extend_block_hashes(hashes: list[bytes], token_ids: Sequence[int], block_siz
     """Append hashes for every block of ``token_ids`` that became full since the last call.
 
     Incremental: only the blocks after ``hashes`` are read. Values equal ``chain_block_hash``
-    block by block; the loop hashes slices of one int64 buffer instead of converting each block.
+    block by block; the loop hashes slices of one int32 buffer instead of converting each block.
     """
     start = len(hashes) * block_size
     num_new = (len(token_ids) - start) // block_size
@@ -262,5 +265,6 @@ __all__ = [
     "cdiv",
     "chain_block_hash",
     "extend_block_hashes",
+    "TOKEN_TYPECODE",
     "token_bytes",
 ]

@@ -78,12 +78,7 @@ class Engine:
             raise ConfigError(f"cannot allocate the KV tensors ({gpu_bytes:,} GPU-tier and {cpu_bytes:,} "
                               f"offload-tier bytes): lower gpu_blocks, cpu_chunks or slot_bytes") from error
         self.oracle = KVOracle(self.kv, requests, bs, config.tokens_per_chunk)
-        self.feed = ArrivalFeed(requests)
-        for spec in requests:  # vLLM rejects what can never fit (max_model_len); so do we
-            needed = cdiv(spec.num_prompt_tokens + spec.max_tokens + config.spec_tokens, bs)
-            if needed > config.gpu_blocks - 1:
-                raise ConfigError(f"request {spec.req_id} needs {needed} GPU blocks, but gpu_blocks="
-                                  f"{config.gpu_blocks} leaves {config.gpu_blocks - 1}")
+        self.feed = ArrivalFeed(requests, check=self._check_fits)
         self.observer = RunObserver(hardware_profile(config.profile), bs, config.tokens_per_chunk, trace)
         self.record = self.observer.record
         self.handler = SteppedTransferHandler(self.kv, config.store_completion_steps)
@@ -210,6 +205,14 @@ class Engine:
             self._check_invariants()
         self._step += 1
         self.record.steps = self._step
+
+    def _check_fits(self, spec: RequestSpec) -> None:
+        """vLLM rejects what can never fit (max_model_len); so do we (a streamed request at arrival)."""
+        config = self.config
+        needed = cdiv(spec.num_prompt_tokens + spec.max_tokens + config.spec_tokens, config.block_size)
+        if needed > config.gpu_blocks - 1:
+            raise ConfigError(f"request {spec.req_id} needs {needed} GPU blocks, but gpu_blocks="
+                              f"{config.gpu_blocks} leaves {config.gpu_blocks - 1}")
 
     def _arrive(self, step: int) -> None:
         for spec in self.feed.arrivals(step):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 import random
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Sequence
 
 from kvoffload.core.request import Request
 from kvoffload.core.types import BlockId, RequestStatus
@@ -30,10 +32,6 @@ class Phase(enum.Enum):
 class LiveRequest:
     spec: RequestSpec
     req: Request
-    # The whole scripted sequence (prompt + every output token). The oracle keeps its slot
-    # fingerprints while the request lives: what the forward writes at each position, and what
-    # a loaded slot must hold.
-    truth: tuple[int, ...]
     arrival_step: int
     phase: Phase = Phase.WAITING
     blocks: list[BlockId] = field(default_factory=list)
@@ -57,8 +55,14 @@ class LiveRequest:
 
     @classmethod
     def create(cls, spec: RequestSpec, block_size: int, arrival_step: int) -> "LiveRequest":
-        return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size),
-                   truth=spec.prompt_token_ids + spec.output_token_ids, arrival_step=arrival_step)
+        return cls(spec=spec, req=Request(spec.req_id, spec.prompt_token_ids, block_size), arrival_step=arrival_step)
+
+    @cached_property
+    def truth(self) -> Sequence[int]:
+        """The whole scripted sequence (prompt + every output token), made when first read: a
+        request waiting in the queue (a trace's backlog can be thousands) needs only its block
+        hashes; the forward, the oracle's fingerprints and the sampled tokens read this."""
+        return self.spec.prompt_token_ids + self.spec.output_token_ids
 
     @property
     def status(self) -> RequestStatus:

@@ -43,7 +43,8 @@ class RunObserver:
         self.trace = trace
         self.step = 0  # the engine step in progress
         self.open_stores: dict[int, OpenStore] = {}  # store job id -> (built, completion unprocessed)
-        self._chunk_written_at: dict[tuple[str, int], int] = {}
+        self._chunk_written_at: dict[tuple[str, int], int] = {}  # (request, chunk) -> step fully written
+        self._forget_after_plan: list[tuple[str, int]] = []  # finished: (request, chunks it may have)
         self.watchdog = None  # the engine's ProgressWatchdog: told of every preemption
 
     def timed(self, call, *args):
@@ -98,6 +99,10 @@ class RunObserver:
 
     def finished(self, live: LiveRequest) -> None:
         self.record.finished_requests += 1
+        # Its chunks' write steps are read by its last store job, which the next plan builds at
+        # the latest (the deferred final store, vLLM PR #48596): forgotten after that plan, so
+        # this map follows live requests, not the trace.
+        self._forget_after_plan.append((live.req_id, live.req.num_tokens // self.tokens_per_chunk + 2))
 
     # ---- the forward and the stores ---------------------------------------------------------
 
@@ -115,6 +120,12 @@ class RunObserver:
         for job in plan.store_jobs:
             self.open_stores[job.job_id] = OpenStore(job, [
                 self._chunk_written_at.get((job.req_id, chunk), step) for chunk in job.chunk_indices])
+        if self._forget_after_plan:
+            written_at = self._chunk_written_at
+            for req_id, num_chunks in self._forget_after_plan:
+                for chunk in range(num_chunks):
+                    written_at.pop((req_id, chunk), None)
+            self._forget_after_plan = []
         if self.trace:
             for job in plan.load_jobs + plan.store_jobs:
                 self.record.trace_events.append({"name": f"{job.kind.value} {job.job_id}", "ph": "i", "s": "t",

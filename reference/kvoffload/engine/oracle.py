@@ -21,7 +21,7 @@ from typing import Callable, Collection, Sequence
 import numpy as np
 import torch
 
-from kvoffload.core.types import StepPlan, TransferJob
+from kvoffload.core.types import TOKEN_TYPECODE, StepPlan, TransferJob
 from kvoffload.engine.record import FenceViolation, PoisonedLoad
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.worker.kv import KVCache
@@ -44,11 +44,11 @@ def prefix_fingerprints(token_ids: np.ndarray) -> np.ndarray:
 
 def scripted_sequence(live) -> np.ndarray:
     """A new request's whole scripted sequence (prompt + outputs) as int64. The prompt is read
-    from the request's own token buffer (an ``array("q")``, copied at C speed; numpy converts a
+    from the request's own token buffer (an int32 ``array("i")``, copied at C speed; numpy converts a
     tuple of Python ints about 300 times slower), the outputs from the spec."""
     tokens = live.req.all_token_ids
-    if isinstance(tokens, array) and tokens.typecode == "q" and len(tokens) == live.spec.num_prompt_tokens:
-        return np.concatenate([np.frombuffer(tokens, dtype=np.int64),
+    if isinstance(tokens, array) and tokens.typecode == TOKEN_TYPECODE and len(tokens) == live.spec.num_prompt_tokens:
+        return np.concatenate([np.frombuffer(tokens, dtype=np.int32).astype(np.int64),
                                np.asarray(live.spec.output_token_ids, dtype=np.int64)])
     return np.asarray(live.truth, dtype=np.int64)
 
@@ -76,21 +76,27 @@ class KVOracle:
         # On the CPU the same slots as a numpy view: a fancy-index write costs a few µs, torch's
         # index_put a few tens (it runs every step).
         self._slot_fp_np = self._slot_fp.numpy() if kv.gpu.device.type == "cpu" else None
-        # Fingerprints of each live request's scripted sequence (int64 bit patterns), made on
-        # arrival and dropped when it finishes: memory follows what is live, not the workload.
-        self._fp: dict[str, np.ndarray] = {}
+        # Fingerprints of each live request's scripted sequence (int64 bit patterns), made when
+        # first read (its first forward or load check, not while it waits in the queue) and
+        # dropped when it finishes: memory follows what runs, not the workload or its backlog.
+        self._fp = _Fingerprints()
 
     def register(self, live) -> None:
-        """A request arrived: fingerprint its whole scripted sequence."""
-        self._fp[live.req_id] = prefix_fingerprints(scripted_sequence(live)).view(np.int64)
+        """A request arrived: its fingerprints are made from its scripted sequence when first read."""
+        self._fp.arrived[live.req_id] = live
 
     def release(self, live) -> None:
         """A request finished: nothing reads its fingerprints again (loads check only live ones)."""
         self._fp.pop(live.req_id, None)
+        self._fp.arrived.pop(live.req_id, None)
 
     def num_fingerprinted(self) -> int:
-        """Requests whose fingerprints are held (the live ones)."""
+        """Requests whose fingerprints are held (live ones that ran or loaded)."""
         return len(self._fp)
+
+    def num_registered(self) -> int:
+        """Live requests the oracle knows (fingerprinted or not yet read)."""
+        return len(self._fp) + len(self._fp.arrived)
 
     # ---- the forward ----------------------------------------------------------------------
 
@@ -230,3 +236,16 @@ class ForwardWrites:
             first, last = item.start // bs, (item.start + item.num_tokens - 1) // bs
             writes.setdefault(item.live.req_id, set()).update(item.live.blocks[first:last + 1])
         return writes.items()
+
+
+class _Fingerprints(dict):
+    """req_id -> fingerprints, made on the first lookup from the request registered on arrival."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived: dict = {}  # req_id -> LiveRequest, not fingerprinted yet
+
+    def __missing__(self, req_id: str) -> np.ndarray:
+        live = self.arrived.pop(req_id)
+        fingerprints = self[req_id] = prefix_fingerprints(scripted_sequence(live)).view(np.int64)
+        return fingerprints

@@ -25,7 +25,8 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from functools import partial
+from typing import Any, Callable, Sequence
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
@@ -69,13 +70,14 @@ _TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column (\d+)|at end of docu
 
 @dataclass(frozen=True)
 class Workload:
-    """A generated workload: the engine settings and the requests, in estimated arrival order."""
+    """A generated workload: the engine settings and the requests, in estimated arrival order
+    (a tuple, or for a trace a :class:`RequestStream` that builds each request when reached)."""
 
     name: str
     description: str
     seed: int
     engine: EngineConfig
-    requests: tuple[RequestSpec, ...]
+    requests: Sequence[RequestSpec]
     source: str  # the bundled name, the path as given, or the trace spec
 
 
@@ -101,9 +103,18 @@ class AbortPlan:
     after_steps: Distribution
 
     def apply(self, requests: tuple[RequestSpec, ...], seed: int) -> tuple[RequestSpec, ...]:
+        return tuple(map(self.per_request(seed), requests))
+
+    def per_request(self, seed: int) -> Callable[[RequestSpec], RequestSpec]:
+        """The plan as a map over the requests in order (one seeded stream of draws)."""
         rng = random.Random(f"{seed}/aborts")
-        return tuple(dataclasses.replace(spec, abort_after_steps=self.after_steps.sample(rng))
-                     if rng.random() < self.share else spec for spec in requests)
+
+        def apply_one(spec: RequestSpec) -> RequestSpec:
+            if rng.random() < self.share:
+                return dataclasses.replace(spec, abort_after_steps=self.after_steps.sample(rng))
+            return spec
+
+        return apply_one
 
 
 def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workload:
@@ -123,13 +134,19 @@ def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workloa
     # gpu_blocks=auto without a cheap longest request: lengths are bounded once generated
     budget_engine = unbounded_lengths(engine) if sizing.gpu_auto and early is None else engine
     ctx = dataclasses.replace(ctx, engine=engine, budget=Budget(budget_engine, definition.display))
-    generated = definition.generator.generate(ctx)
-    if not generated:
-        raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
-    _check_arrivals(generated, definition.display)
-    requests = in_arrival_order(generated)
-    if definition.aborts is not None:
-        requests = definition.aborts.apply(requests, seed)
+    stream = getattr(definition.generator, "stream", None)
+    if stream is not None:  # a trace: checked whole by its first pass, built request by request later
+        requests: Sequence[RequestSpec] = stream(ctx)
+        if definition.aborts is not None:
+            requests = requests.mapped(partial(definition.aborts.per_request, seed))
+    else:
+        generated = definition.generator.generate(ctx)
+        if not generated:
+            raise WorkloadError(f"{definition.display}: key generator: expected at least one request, got none")
+        _check_arrivals(generated, definition.display)
+        requests = in_arrival_order(generated)
+        if definition.aborts is not None:
+            requests = definition.aborts.apply(requests, seed)
     resolved = sizing.resolve(engine, requests)
     if resolved != engine:
         check_engine(resolved, where)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from kvoffload.core.types import cdiv
 from kvoffload.engine.config import EngineConfig
@@ -59,7 +59,7 @@ class Sizing:
         check_fit(what, num_prompt, num_output, engine, display)
         return engine
 
-    def resolve(self, engine: EngineConfig, requests: tuple[RequestSpec, ...]) -> EngineConfig:
+    def resolve(self, engine: EngineConfig, requests: Sequence[RequestSpec]) -> EngineConfig:
         """``engine`` with the deferred settings turned into numbers for these requests."""
         changes = {}
         if self.gpu_auto:
@@ -113,7 +113,11 @@ def min_gpu_blocks(sequence_tokens: int, engine: EngineConfig) -> int:
 
 
 def longest(requests: Iterable[RequestSpec]) -> tuple[str, int, int]:
-    """("request ID", prompt tokens, output tokens) of the longest request (the first of equals)."""
+    """("request ID", prompt tokens, output tokens) of the longest request (the first of equals).
+    A streamed trace knows it from its first pass ("line N"): no token is built for it."""
+    known = getattr(requests, "longest", None)
+    if known is not None:
+        return known.what, known.num_prompt_tokens, known.num_output_tokens
     spec = max(requests, key=lambda spec: spec.num_prompt_tokens + spec.max_tokens)
     return f"request {spec.req_id}", spec.num_prompt_tokens, spec.max_tokens
 
@@ -142,6 +146,6 @@ def distinct_chunks(requests: Iterable[RequestSpec], engine: EngineConfig) -> in
         tokens = spec.prompt_token_ids if engine.offload_prompt_only else spec.prompt_token_ids + spec.output_token_ids
         parent = 0
         for start in range(0, len(tokens) - size + 1, size):
-            parent = hash((parent, tokens[start : start + size]))
+            parent = hash((parent, tuple(tokens[start : start + size])))  # int tuples: hash-seed free
             seen.add(parent)
     return len(seen)

@@ -16,6 +16,8 @@ eviction and a request's need to compute at least its last token only lower it.
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
+from typing import Sequence
 
 from kvoffload.core.types import extend_block_hashes
 from kvoffload.engine.requests import RequestSpec
@@ -25,15 +27,20 @@ from kvoffload.workloads.spec_decode import ends_on_chunk_after_rejection
 
 
 def reusable_prompt_share(workload: Workload) -> float:
-    """Reusable prompt tokens / prompt tokens (see the module docstring); 0.0 for no tokens."""
+    """Reusable prompt tokens / prompt tokens (see the module docstring); 0.0 for no tokens.
+
+    One pass over the requests: a parent's tokens and hashes are kept only until its last
+    follow-up was read (a follow-up's prompt usually extends them, which saves rehashing the
+    history of every turn); the set of block hashes seen is what the definition needs.
+    """
+    requests = workload.requests
     block_size = workload.engine.block_size
     seen: set[bytes] = set()
-    full_hashes: dict[str, list[bytes]] = {}  # req_id -> hashes of its prompt + output
-    by_id = {spec.req_id: spec for spec in workload.requests}
-    parents = {spec.parent for spec in workload.requests if spec.parent is not None}
+    children_left = _follow_ups_per_parent(requests)
+    history: dict[str, tuple[tuple[int, ...], list[bytes]]] = {}  # parent -> (prompt + output, hashes)
     reusable = total = 0
-    for spec in workload.requests:
-        hashes = _inherited_hashes(spec, by_id, full_hashes)
+    for spec in requests:
+        hashes = _inherited_hashes(spec, history, children_left)
         extend_block_hashes(hashes, spec.prompt_token_ids, block_size)
         num_prompt_blocks = len(hashes)
         reused = 0
@@ -41,31 +48,62 @@ def reusable_prompt_share(workload: Workload) -> float:
             reused += 1
         reusable += reused * block_size
         total += spec.num_prompt_tokens
-        extend_block_hashes(hashes, spec.prompt_token_ids + spec.output_token_ids, block_size)
+        full = spec.prompt_token_ids + spec.output_token_ids
+        extend_block_hashes(hashes, full, block_size)
         seen.update(hashes)
-        if spec.req_id in parents:
-            full_hashes[spec.req_id] = hashes
+        if children_left.get(spec.req_id):
+            history[spec.req_id] = (full, hashes)
     return reusable / total if total else 0.0
 
 
-def _inherited_hashes(spec: RequestSpec, by_id: dict[str, RequestSpec],
-                      full_hashes: dict[str, list[bytes]]) -> list[bytes]:
-    """A copy of the parent's full-sequence hashes when the prompt extends it (saves rehashing the
-    history of every turn), else a fresh list."""
-    parent_hashes = full_hashes.get(spec.parent) if spec.parent is not None else None
-    if parent_hashes is None:
+def _follow_ups_per_parent(requests: Sequence[RequestSpec]) -> dict[str, int]:
+    """How many follow-ups name each parent (a stream of first turns has none: not read for it)."""
+    counts: dict[str, int] = {}
+    if not getattr(requests, "roots_only", False):
+        for spec in requests:
+            if spec.parent is not None:
+                counts[spec.parent] = counts.get(spec.parent, 0) + 1
+    return counts
+
+
+def _inherited_hashes(spec: RequestSpec, history: dict[str, tuple[tuple[int, ...], list[bytes]]],
+                      children_left: dict[str, int]) -> list[bytes]:
+    """A copy of the parent's full-sequence hashes when the prompt extends its tokens, else a
+    fresh list; the parent's entry goes once its last follow-up was read."""
+    if spec.parent is None or spec.parent not in history:
         return []
-    parent = by_id[spec.parent]
-    history = parent.prompt_token_ids + parent.output_token_ids
-    if spec.prompt_token_ids[: len(history)] != history:
+    tokens, parent_hashes = history[spec.parent]
+    children_left[spec.parent] -= 1
+    if not children_left[spec.parent]:
+        del history[spec.parent]
+    if spec.prompt_token_ids[: len(tokens)] != tokens:
         return []
     return list(parent_hashes)
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What the description reads of one request (its tokens are not kept)."""
+
+    num_prompt_tokens: int
+    max_tokens: int
+    parent: str | None
+    think_steps: int
+    arrival_step: int
+    stop: str
+    conversation: str | None
+    ends_on_chunk: bool
+    req_id: str
+    accept_counts: bool
+
+
 def describe_workload(workload: Workload) -> str:
-    """A readable multi-line summary for ``kvoffload workloads show NAME``."""
-    requests = workload.requests
+    """A readable multi-line summary for ``kvoffload workloads show NAME`` (two passes over the
+    requests: their shapes, then the reuse share)."""
     engine = workload.engine
+    requests = [_Shape(spec.num_prompt_tokens, spec.max_tokens, spec.parent, spec.think_steps, spec.arrival_step,
+                       spec.stop, spec.conversation, ends_on_chunk_after_rejection(spec, engine), spec.req_id,
+                       bool(spec.accept_counts)) for spec in workload.requests]
     prompts = [spec.num_prompt_tokens for spec in requests]
     outputs = [spec.max_tokens for spec in requests]
     follow_ups = [spec for spec in requests if spec.parent is not None]
@@ -78,7 +116,7 @@ def describe_workload(workload: Workload) -> str:
         f"  requests        {len(requests):,} ({len(requests) - len(follow_ups):,} first turns, "
         f"{len(follow_ups):,} follow-ups)",
     ]
-    conversations = _turns_per_conversation(workload)
+    conversations = _turns_per_conversation(requests)
     if conversations:
         counts = sorted(conversations.values())
         lines.append(f"  conversations   {len(counts):,}, {counts[0]}-{counts[-1]} turns "
@@ -91,7 +129,7 @@ def describe_workload(workload: Workload) -> str:
         f"{len(requests) - num_eos:,} length, {num_eos:,} eos",
     ]
     if engine.spec_tokens and any(spec.accept_counts for spec in requests):
-        on_chunk = sum(ends_on_chunk_after_rejection(spec, engine) for spec in requests)
+        on_chunk = sum(spec.ends_on_chunk for spec in requests)
         lines.append(f"  spec decode     k={engine.spec_tokens}; {on_chunk:,} requests "
                      f"({on_chunk / len(requests):.1%}) end on a chunk boundary right after a rejection")
     lines.append(f"  reusable        {reusable_prompt_share(workload):.1%} of prompt tokens "
@@ -102,9 +140,9 @@ def describe_workload(workload: Workload) -> str:
     return "\n".join(lines)
 
 
-def _turns_per_conversation(workload: Workload) -> dict[str, int]:
+def _turns_per_conversation(requests: list[_Shape]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for spec in workload.requests:
+    for spec in requests:
         if spec.conversation is not None:
             counts[spec.conversation] = counts.get(spec.conversation, 0) + 1
     return counts

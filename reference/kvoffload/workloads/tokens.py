@@ -8,6 +8,7 @@ Random ids come from ``random.Random.randbytes``, which is repeatable for a seed
 >= 3.9 and platform (the bytes are read little-endian), and costs a few nanoseconds per token.
 Every id in a token tuple is one of the shared int objects of ``_TOKEN_IDS``: a token costs one
 8-byte pointer, not a fresh 28-byte int (a 100M-token trace would otherwise spend 2.6 GB on ints).
+Trace loaders build ``array("i")`` token buffers instead (``random_token_array``: 4 bytes a token).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from array import array
 from operator import itemgetter
 
 import numpy as np
+
+from kvoffload.core.types import TOKEN_TYPECODE
 
 VOCAB_SIZE = 32_000
 EOS_ID = 2
@@ -37,9 +41,20 @@ def random_tokens(rng: random.Random, count: int) -> tuple[int, ...]:
     """``count`` ordinary token ids drawn from ``rng``."""
     if count <= 0:
         return ()
+    return shared_ids(_random_ids(rng, count).tolist())
+
+
+def random_token_array(rng: random.Random, count: int) -> array:
+    """The ids ``random_tokens`` draws, as a compact ``array("i")`` (4 bytes a token)."""
+    out = array(TOKEN_TYPECODE)
+    if count > 0:
+        out.frombytes(_random_ids(rng, count).astype(np.int32).tobytes())
+    return out
+
+
+def _random_ids(rng: random.Random, count: int) -> np.ndarray:
     raw = np.frombuffer(rng.randbytes(2 * count), dtype="<u2")
-    ids = (raw % _NUM_ORDINARY + FIRST_ORDINARY_ID).tolist()
-    return shared_ids(ids)
+    return raw % _NUM_ORDINARY + FIRST_ORDINARY_ID
 
 
 def shared_ids(ids: list[int]) -> tuple[int, ...]:
