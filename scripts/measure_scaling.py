@@ -138,7 +138,7 @@ def main() -> None:
             points.append(point)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(points, indent=1) + "\n")
-    finished = [ScalingPoint(p["series"], p["requests"], p["wall_seconds"], p["peak_rss_bytes"])
+    finished = [ScalingPoint(p["series"], p["requests"], p["wall_seconds"], p["peak_rss_bytes"], p.get("cpu_seconds"))
                 for p in points if p.get("finished", True)]
     if finished:
         print(f"chart: {draw_scaling(finished, args.out.with_suffix('.png'))}")

@@ -21,6 +21,7 @@ class ScalingPoint:
     requests: int
     wall_seconds: float
     peak_rss_bytes: int
+    cpu_seconds: float | None = None  # the replay's own CPU time: on a shared machine, the idle wall time
 
 
 def draw_scaling(points: Sequence[ScalingPoint], out: Path, title: str = "Replay cost against trace size") -> Path:
@@ -38,6 +39,9 @@ def draw_scaling(points: Sequence[ScalingPoint], out: Path, title: str = "Replay
             line, = axes.plot(requests, values, marker="o", label=name)
             linear = [values[0] * r / requests[0] for r in requests]
             axes.plot(requests, linear, linestyle=":", color=line.get_color(), alpha=0.6)
+        if all(p.cpu_seconds is not None for p in mine):
+            time_axes.plot(requests, [p.cpu_seconds for p in mine], marker="x", linestyle="--",
+                           color=line.get_color(), label=f"{name} (CPU s)")
     for axes, label in ((time_axes, "wall time (s)"), (memory_axes, "peak RSS (GiB)")):
         axes.set_xscale("log")
         axes.set_yscale("log")
@@ -45,7 +49,8 @@ def draw_scaling(points: Sequence[ScalingPoint], out: Path, title: str = "Replay
         axes.set_ylabel(label)
         axes.grid(True, which="both", alpha=0.3)
     time_axes.legend(fontsize="small")
-    figure.suptitle(f"{title}\n(dotted: linear growth from the smallest point)", fontsize="medium")
+    figure.suptitle(f"{title}\n(dotted: linear growth from the smallest point; dashed: CPU seconds)",
+                    fontsize="medium")
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
     return out
