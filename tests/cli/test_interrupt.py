@@ -24,7 +24,14 @@ def start(folder: Path, *extra: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "kvoffload.cli", "run", "--workload", "multi-turn-small", "--out",
                str(folder / "r.json"), "--trace", str(folder / "t.json"), *extra]
     return subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            restore_signals=True)
+                            restore_signals=True, preexec_fn=default_ctrl_c)
+
+
+def default_ctrl_c() -> None:
+    """A user's shell gives the command Ctrl-C's default action. A test runner started in the
+    background (`cmd &` in a script, as some CI jobs are) has SIGINT ignored, and a child would
+    inherit that and finish its run: give the child the user's disposition, not the runner's."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(condition, process: subprocess.Popen, what: str, seconds: float = 120) -> None:
