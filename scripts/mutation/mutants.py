@@ -18,7 +18,7 @@ POOL = "reference/kvoffload/engine/block_pool.py"
 ENGINE = "reference/kvoffload/engine/engine.py"
 ESCHED = "reference/kvoffload/engine/scheduler.py"
 ORACLE = "reference/kvoffload/engine/oracle.py"
-OBSERVER = "reference/kvoffload/engine/observer.py"
+RECORD = "reference/kvoffload/engine/record.py"  # owns the continuation rule (last_written_chunk_end)
 METRICS = "reference/kvoffload/metrics.py"
 WORKER = "reference/kvoffload/worker/connector.py"
 
@@ -56,8 +56,8 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
            "_ratio(record.connector_hit_tokens_admitted,", "hit rate numerator", True),
     Mutant("fence_violations hard-coded 0", METRICS, '"fence_violations": len(record.fence_violations),',
            '"fence_violations": 0,', "the metric hides a fence break", True),
-    Mutant("continuation boundary num_tokens", OBSERVER, "written = parent.req.num_tokens - 1",
-           "written = parent.req.num_tokens", "last_block_hit_rate asks for an unwritten chunk", True),
+    Mutant("continuation boundary num_tokens", RECORD, "written = num_tokens - 1",
+           "written = num_tokens", "last_block_hit_rate asks for an unwritten chunk", True),
     Mutant("fence check ignores loads", ORACLE, "for r, b in writes.items()] + load_writes:",
            "for r, b in writes.items()]:", "a load into a block still read goes unseen", True),
     Mutant("GPU cache commits past written KV", ESCHED,
