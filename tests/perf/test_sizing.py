@@ -97,7 +97,7 @@ def _distinct_chunks_by_prefix(workload) -> int:
     prefixes = set()
     for spec in workload.requests:
         tokens = spec.prompt_token_ids + spec.output_token_ids
-        prefixes.update(tokens[: end] for end in range(size, len(tokens) + 1, size))
+        prefixes.update(tuple(tokens[: end]) for end in range(size, len(tokens) + 1, size))
     return len(prefixes)
 
 

@@ -37,12 +37,12 @@ def eager_model(path: Path, ms_per_step: float = 20.0) -> list[RequestSpec]:
     width = len(str(len(lines)))
     specs = []
     for number, line in enumerate(lines, start=1):
-        prompt: tuple[int, ...] = ()
+        prompt = array("i")
         for hash_id in line["hash_ids"]:
             prompt += random_tokens(random.Random(f"mooncake-block/{SEED}/{hash_id}"), 512)
         output = random_tokens(random.Random(f"mooncake-output/{SEED}/{number}"), line["output_length"])
-        specs.append(RequestSpec(f"mc-{number:0{width}d}", array("i", prompt[: line["input_length"]]),
-                                 array("i", output), arrival_step=round((line["timestamp"] - first) / ms_per_step)))
+        specs.append(RequestSpec(f"mc-{number:0{width}d}", prompt[: line["input_length"]],
+                                 output, arrival_step=round((line["timestamp"] - first) / ms_per_step)))
     return sorted(specs, key=lambda spec: spec.arrival_step)
 
 

@@ -118,7 +118,7 @@ class TestSharedPrefix:
             assert shared >= 64  # the definition draws system prompts of 64..112 tokens
             assert all(len(prompt) > shared for prompt in prompts)  # each has its own question
             system_prompts[group] = prompts[0][:shared]
-        firsts = {prompt[:16] for prompt in system_prompts.values()}
+        firsts = {tuple(prompt[:16]) for prompt in system_prompts.values()}
         assert len(firsts) == 4  # different groups differ from the first block on
 
     def test_groups_are_interleaved_in_arrival_order(self):
@@ -160,7 +160,7 @@ class TestMultiTurn:
         length_capped = sum(spec.stop == "length" for spec in workload.requests)
         assert length_capped / len(workload.requests) > 0.8
         # All conversations open with one common prefix (vLLM's common_prefix_num_tokens).
-        firsts = [spec.prompt_token_ids[:400] for spec in workload.requests if spec.turn == 0]
+        firsts = [tuple(spec.prompt_token_ids[:400]) for spec in workload.requests if spec.turn == 0]
         assert len(set(firsts)) == 1
 
     @pytest.mark.parametrize("name", ["multi-turn", "multi-turn-small", "spec-decode", "spec-decode-small"])

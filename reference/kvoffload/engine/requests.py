@@ -30,7 +30,7 @@ class RequestSpec:
     """
 
     req_id: str
-    prompt_token_ids: tuple[int, ...]  # or a compact array("i") (trace loaders): sliced, added, compared alike
+    prompt_token_ids: tuple[int, ...]  # or a compact array("i") (generators, trace loaders): sliced, added, compared alike
     output_token_ids: tuple[int, ...]
     stop: Literal["eos", "length"] = "length"
     arrival_step: int = 0

@@ -52,7 +52,7 @@ from kvoffload.workloads.schema import (
     require_regular_file,
 )
 from kvoffload.workloads.stream import Longest, RequestStream
-from kvoffload.workloads.tokens import random_token_array
+from kvoffload.workloads.tokens import random_tokens
 
 MOONCAKE_BLOCK_TOKENS = 512
 DEFAULT_MS_PER_STEP = 20.0
@@ -154,7 +154,7 @@ def _build(handle: BinaryIO, blocks: "_BlockTokens", index: TraceIndex, i: int, 
     # Outputs seeded per line: a request's tokens do not depend on which requests were built before it.
     output_rng = random.Random(f"mooncake-output/{seed}/{number}")
     return RequestSpec(req_id=f"mc-{number:0{width}d}", prompt_token_ids=prompt,
-                       output_token_ids=random_token_array(output_rng, line.output_length), stop="length",
+                       output_token_ids=random_tokens(output_rng, line.output_length), stop="length",
                        arrival_step=arrival_step)
 
 
@@ -173,7 +173,7 @@ class _BlockTokens:
         tokens = cache.get(hash_id)
         if tokens is None:
             rng = random.Random(f"mooncake-block/{self._seed}/{hash_id}")
-            tokens = random_token_array(rng, MOONCAKE_BLOCK_TOKENS).tobytes()
+            tokens = random_tokens(rng, MOONCAKE_BLOCK_TOKENS).tobytes()
             cache[hash_id] = tokens
             if len(cache) > self.CAPACITY:
                 cache.popitem(last=False)

@@ -6,9 +6,10 @@ special and never drawn at random: ``EOS_ID`` ends an answer stopped by EOS, ``U
 
 Random ids come from ``random.Random.randbytes``, which is repeatable for a seed on every Python
 >= 3.9 and platform (the bytes are read little-endian), and costs a few nanoseconds per token.
-Every id in a token tuple is one of the shared int objects of ``_TOKEN_IDS``: a token costs one
-8-byte pointer, not a fresh 28-byte int (a 100M-token trace would otherwise spend 2.6 GB on ints).
-Trace loaders build ``array("i")`` token buffers instead (``random_token_array``: 4 bytes a token).
+The synthetic generators and the trace loaders hold token ids as compact ``array("i")`` buffers
+(4 bytes a token, no int objects; ``random_tokens``), which a live request shares and hashes as
+they are. The stand-in tokenizer returns tuples made of the shared int objects of ``_TOKEN_IDS``:
+a token costs one 8-byte pointer, not a fresh 28-byte int.
 """
 
 from __future__ import annotations
@@ -37,15 +38,9 @@ _TOKENIZER_KEY = b"kvoffload-bench/stand-in-tokenizer/v1"
 _PIECE = re.compile(r"[^\W_]{1,4}|[^\s]", re.UNICODE)
 
 
-def random_tokens(rng: random.Random, count: int) -> tuple[int, ...]:
-    """``count`` ordinary token ids drawn from ``rng``."""
-    if count <= 0:
-        return ()
-    return shared_ids(_random_ids(rng, count).tolist())
-
-
-def random_token_array(rng: random.Random, count: int) -> array:
-    """The ids ``random_tokens`` draws, as a compact ``array("i")`` (4 bytes a token)."""
+def random_tokens(rng: random.Random, count: int) -> array:
+    """``count`` ordinary token ids drawn from ``rng``, as a compact ``array("i")`` (4 bytes a
+    token): the engine's live requests hash and share this buffer without converting it."""
     out = array(TOKEN_TYPECODE)
     if count > 0:
         out.frombytes(_random_ids(rng, count).astype(np.int32).tobytes())
@@ -64,10 +59,10 @@ def shared_ids(ids: list[int]) -> tuple[int, ...]:
     return itemgetter(*ids)(_TOKEN_IDS) if ids else ()
 
 
-def answer_tokens(rng: random.Random, count: int, *, eos: bool) -> tuple[int, ...]:
+def answer_tokens(rng: random.Random, count: int, *, eos: bool) -> array:
     """What the scripted model samples: ``count`` tokens, the last one EOS when ``eos``."""
     if eos:
-        return random_tokens(rng, count - 1) + (EOS_ID,)
+        return random_tokens(rng, count - 1) + array(TOKEN_TYPECODE, (EOS_ID,))
     return random_tokens(rng, count)
 
 
