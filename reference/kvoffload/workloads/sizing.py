@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from kvoffload.core.types import cdiv
+from kvoffload.core.types import cdiv, extend_block_hashes
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.requests import RequestSpec
@@ -135,17 +135,13 @@ def check_fit(what: str, num_prompt: int, num_output: int, engine: EngineConfig,
 
 def distinct_chunks(requests: Iterable[RequestSpec], engine: EngineConfig) -> int:
     """Distinct full chunks over every request's prompt + output (prompt only with
-    ``offload_prompt_only``), by chained chunk content.
-
-    A count, not a cache key: Python's tuple hash (64-bit) chained per chunk stands in for the
-    connector's block hashes; a collision would undercount by one chunk per 2**64 pairs.
-    """
+    ``offload_prompt_only``), by chained chunk content: the block hashes of
+    ``extend_block_hashes`` taken a chunk at a time."""
     size = engine.tokens_per_chunk
-    seen: set[int] = set()
+    seen: set[bytes] = set()
     for spec in requests:
         tokens = spec.prompt_token_ids if engine.offload_prompt_only else spec.prompt_token_ids + spec.output_token_ids
-        parent = 0
-        for start in range(0, len(tokens) - size + 1, size):
-            parent = hash((parent, tuple(tokens[start : start + size])))  # int tuples: hash-seed free
-            seen.add(parent)
+        chunk_hashes: list[bytes] = []
+        extend_block_hashes(chunk_hashes, tokens, size)
+        seen.update(chunk_hashes)
     return len(seen)

@@ -37,7 +37,7 @@ def reusable_prompt_share(workload: Workload) -> float:
     block_size = workload.engine.block_size
     seen: set[bytes] = set()
     children_left = _follow_ups_per_parent(requests)
-    history: dict[str, tuple[tuple[int, ...], list[bytes]]] = {}  # parent -> (prompt + output, hashes)
+    history: dict[str, tuple[Sequence[int], list[bytes]]] = {}  # parent -> (prompt + output, hashes)
     reusable = total = 0
     for spec in requests:
         hashes = _inherited_hashes(spec, history, children_left)
@@ -66,7 +66,7 @@ def _follow_ups_per_parent(requests: Sequence[RequestSpec]) -> dict[str, int]:
     return counts
 
 
-def _inherited_hashes(spec: RequestSpec, history: dict[str, tuple[tuple[int, ...], list[bytes]]],
+def _inherited_hashes(spec: RequestSpec, history: dict[str, tuple[Sequence[int], list[bytes]]],
                       children_left: dict[str, int]) -> list[bytes]:
     """A copy of the parent's full-sequence hashes when the prompt extends its tokens, else a
     fresh list; the parent's entry goes once its last follow-up was read."""
