@@ -6,29 +6,38 @@
                       (``kvoffload.vllm``, needs the optional ``vllm`` extra); connector
                       ``reference``, ``stock`` (vLLM's OffloadingConnector) or ``MODULE:CLASS``.
 
-Both yield a :class:`~kvoffload.engine.record.RunRecord`, so metrics, result files, charts and
-benchmarks read them alike. ``unmeasured`` names the glossary metrics an engine cannot observe:
-they are left out of its results rather than reported as zero.
+Every engine yields a :class:`~kvoffload.engine.record.RunRecord`, so metrics, result files,
+charts and benchmarks read them alike. ``unmeasured`` names the glossary metrics an engine cannot
+observe: they are left out of its results rather than reported as zero.
+
+Dependencies point one way: an engine package (``kvoffload.vllm``) may import this module for the
+interface; this module names the optional engines only by their import path (``OPTIONAL``), so it
+never imports them at module level and a machine without vLLM still runs the simulator.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.record import RunRecord
 
 if TYPE_CHECKING:
-    from kvoffload.runner import ConnectorChoice
+    from kvoffload.choice import ConnectorChoice
     from kvoffload.workloads import Workload
 
 SIMULATOR = "simulator"
 VLLM_SCHEDULER = "vllm-scheduler"
-ENGINES = (SIMULATOR, VLLM_SCHEDULER)
+
+# Optional engines: name -> "module:class", imported on first use (one row per engine).
+OPTIONAL = {
+    VLLM_SCHEDULER: "kvoffload.vllm.engine:VllmSchedulerEngine",
+}
+ENGINES = (SIMULATOR, *OPTIONAL)
 
 
 class ReplayEngine(Protocol):
-    name: str
     unmeasured: tuple[str, ...]
 
     def replay(self, workload: "Workload", choice: "ConnectorChoice", on_step: Callable[[int, int], None] | None,
@@ -36,7 +45,6 @@ class ReplayEngine(Protocol):
 
 
 class Simulator:
-    name = SIMULATOR
     unmeasured: tuple[str, ...] = ()
 
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
@@ -50,13 +58,15 @@ class Simulator:
 
 
 def engine_named(name: str) -> ReplayEngine:
+    """A fresh engine for one replay (an engine may keep what it learnt about that replay)."""
     if name == SIMULATOR:
         return Simulator()
-    if name == VLLM_SCHEDULER:
-        try:
-            from kvoffload.vllm.engine import VllmSchedulerEngine
-        except ImportError as error:
-            raise ConfigError(f"--engine {VLLM_SCHEDULER} needs vLLM (the optional extra: "
-                              f"pip install 'kvoffload-bench[vllm]'): {error}") from None
-        return VllmSchedulerEngine()
-    raise ConfigError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    if name not in OPTIONAL:
+        raise ConfigError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    module_name, class_name = OPTIONAL[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(f"--engine {name} needs vLLM (the optional extra: "
+                          f"pip install 'kvoffload-bench[vllm]'): {error}") from None
+    return getattr(module, class_name)()

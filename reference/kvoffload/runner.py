@@ -11,38 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from kvoffload.core.fixes import Fixes
+from kvoffload.choice import ConnectorChoice
 from kvoffload.engine.record import RunRecord
 from kvoffload.engines import SIMULATOR, engine_named
 from kvoffload.metrics import compute_metrics
 from kvoffload.results import build_result
 from kvoffload.workloads import Workload
-
-
-@dataclass(frozen=True)
-class ConnectorChoice:
-    """Which connector a run drives: the reference with all fixes, a vLLM preset, or fixes off;
-    on the vllm-scheduler engine also ``source`` "stock" (vLLM's own) or "MODULE:CLASS"."""
-
-    label: str
-    fixes: Fixes
-    preset: str | None = None
-    source: str = "reference"
-    disabled: tuple[str, ...] = ()
-
-    @classmethod
-    def build(cls, preset: str | None = None, disabled: tuple[str, ...] = (),
-              source: str = "reference") -> "ConnectorChoice":
-        fixes = Fixes.preset(preset) if preset else Fixes()
-        fixes = fixes.without(*disabled)
-        label = preset or ("reference" if source == "reference" else f"vllm-{source}" if source == "stock" else source)
-        if disabled:
-            label += "".join(f" -{name}" for name in disabled)
-        return cls(label=label, fixes=fixes, preset=preset, source=source, disabled=tuple(disabled))
-
-    def describe(self) -> dict:
-        return {"name": self.source, "label": self.label, "preset": self.preset,
-                "fixes": self.fixes.as_dict(), "disabled": list(self.fixes.disabled())}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.engines import ENGINES, SIMULATOR
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import write_atomic
-from kvoffload.runner import ConnectorChoice, RunOutcome, chrome_trace, replay_workload
+from kvoffload.choice import ConnectorChoice
+from kvoffload.runner import RunOutcome, chrome_trace, replay_workload
 from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload
 
 
