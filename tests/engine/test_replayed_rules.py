@@ -52,3 +52,18 @@ def test_a_chunk_whose_last_slot_was_a_rejected_draft_is_written_when_the_token_
     assert healthy(record)
     assert record.store_submit_delays == [1, 1, 1]
     assert record.store_visible_delays == [2, 2, 2]  # store_completion_steps = 1 on top
+
+
+def test_a_request_aborted_while_it_waits_after_preemption_stores_nothing_it_lost():
+    """Async; A and B (8-token prompts, 8 outputs each) in 6 usable blocks. B is preempted, then
+    aborted at step 7 while it waits; its follow-up C quotes B's first 12 tokens (chunks 0-2).
+    Preemption forgot B's computed tokens (vLLM's _preempt_request: num_computed_tokens = 0), so
+    the abort's store stops at what was stored before: chunks 0 and 1. With the old count the
+    abort would store chunk 2 from a block A is already writing, and C would load A's KV."""
+    a = RequestSpec("A", tokens(1, 8), tokens(2, 8))
+    b = RequestSpec("B", tokens(3, 8), tokens(4, 8), abort_after_steps=7)
+    c = RequestSpec("C", b.prompt_token_ids + b.output_token_ids[:4] + tokens(5, 3), tokens(6, 2), parent="B",
+                    think_steps=2)
+    record = run([a, b, c], TINY.replace(gpu_blocks=7, scheduling="async", reserve_full_isl=False))
+    assert record.preemptions == 1 and healthy(record)
+    assert stored_chunks(record, "B") == {0, 1}
