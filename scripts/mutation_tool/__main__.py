@@ -20,6 +20,7 @@ each stage's verdicts. Runs at ``nice -n 10`` and one mutant at a time (a shared
 from __future__ import annotations
 
 import argparse
+import functools
 import ast
 import hashlib
 import json
@@ -103,6 +104,7 @@ def rank(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
 def annotation_spans(module: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """(start, end) of every annotation in a module. Every mutated module starts with ``from
     __future__ import annotations`` (PEP 563): an annotation is never evaluated, so a mutant
