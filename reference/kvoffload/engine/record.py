@@ -85,6 +85,7 @@ class RunRecord:
     crash: str | None = None
     crash_step: int | None = None
     stuck_requests: tuple[str, ...] = ()
+    stuck_message: str | None = None  # why nothing was scheduled for them (the run's error)
     leaked_requests: tuple[str, ...] = ()
     lifecycle_violations: int = 0
     invariant_failures: list[str] = field(default_factory=list)  # "step N: rule: message", all of them
