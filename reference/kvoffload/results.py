@@ -6,6 +6,7 @@ a replay "diagnostics" ({"livelock", "invariant_violations"}: what those metrics
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -15,7 +16,7 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 from kvoffload import long_numbers
 
@@ -64,12 +65,15 @@ def build_result(*, workload: dict, connector: dict, config: Any, metrics: dict,
     }
 
 
-def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place.
+@contextlib.contextmanager
+def atomic_output(path: Path, mode: str = "w") -> Iterator[IO]:
+    """A file to write ``path``'s new content into: it replaces ``path`` whole when the block
+    ends, and an interrupt or error inside it leaves the old file, or none, never a partial one.
 
-    Only a regular file is ever replaced (the command line checks this before a run; checked
-    again here because the path may have changed meanwhile). An interrupt or error leaves the
-    old file, or none, never a partial one.
+    The content goes to a temporary file beside ``path`` and is renamed into place. Only a regular
+    file is ever replaced (commands check their outputs before any work; checked again here because
+    the path may have changed meanwhile): a FIFO, a device or a symbolic link raises OSError, so a
+    FIFO never blocks the write and a link is never written through.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
@@ -77,9 +81,8 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; results are meant to be shared
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False)
-            handle.write("\n")
+        with os.fdopen(fd, mode) as handle:
+            yield handle
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -103,6 +106,13 @@ def temporary_name(path: Path) -> str:
     """The longest name ``write_atomic`` may give the temporary file beside ``path`` (what the
     command line checks against the file system's limits before a run)."""
     return _temporary_prefix(path) + "X" * _TEMPORARY_RANDOM + TEMPORARY_SUFFIX
+
+
+def write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to ``path`` whole or not at all (``atomic_output``)."""
+    with atomic_output(path) as handle:
+        json.dump(data, handle, indent=2, sort_keys=False)
+        handle.write("\n")
 
 
 def read_result(path: Path) -> dict[str, Any]:

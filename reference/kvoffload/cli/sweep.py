@@ -11,7 +11,7 @@ from kvoffload.cli.outputs import check_output_dir, check_output_file
 from kvoffload.engine.config import EngineConfig
 from kvoffload.metrics import format_value
 from kvoffload.results import read_result
-from kvoffload.runner import ConnectorChoice
+from kvoffload.choice import ConnectorChoice
 from kvoffload.sweep import check_cells, duplicates, plan_grid, run_grid, shard
 from kvoffload.workloads import WorkloadError
 from kvoffload.workloads.sizing import split_sizing

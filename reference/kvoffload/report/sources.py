@@ -62,6 +62,17 @@ class AsvPoint:
     value: float
     result_file: str = ""  # the asv result file the value was read from (provenance)
     version: str | None = None  # the benchmark's version when it was recorded
+    spread: tuple[float, float] | None = None  # asv's quartiles of repeated samples (q_25, q_75), if any
+    samples: int = 1  # how many samples asv kept statistics of (stats_repeat)
+
+
+@dataclass(frozen=True)
+class MainCommit:
+    """One commit of main's first-parent line that carries the suite (``asv/first-parent.tsv``)."""
+
+    commit: str  # full id
+    date: str  # commit date, ISO 8601
+    subject: str
 
 
 def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
@@ -210,6 +221,8 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         date = _asv_date(data.get("date"))
         result_col, params_col = columns.index("result"), columns.index("params")
         version_col = columns.index("version") if "version" in columns else None
+        q25_col, q75_col, repeat_col = (columns.index(c) if c in columns else None
+                                        for c in ("stats_q_25", "stats_q_75", "stats_repeat"))
         rows = list(results.items())
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ResultError(f"{path}: not an asv result file ({type(error).__name__}: {error})") from None
@@ -221,13 +234,16 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         version = row[version_col] if version_col is not None and len(row) > version_col else None
         if not isinstance(values, list):
             values = [values]
+        q25s, q75s, repeats = (_column(row, col, len(values)) for col in (q25_col, q75_col, repeat_col))
         combos = list(itertools.product(*params)) if params else [()]
-        for combo, value in zip(combos, values):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        for combo, value, q25, q75, repeat in zip(combos, values, q25s, q75s, repeats):
+            if _finite(value):
+                spread = (float(q25), float(q75)) if _finite(q25) and _finite(q75) else None
                 points.append(AsvPoint(machine=machine, env=env, benchmark=benchmark,
                                        params=tuple(_unquote(str(p)) for p in combo), commit=commit,
                                        date=date, value=float(value), result_file=str(path),
-                                       version=None if version is None else str(version)))
+                                       version=None if version is None else str(version), spread=spread,
+                                       samples=int(repeat) if _finite(repeat) and repeat >= 1 else 1))
     return points
 
 
@@ -239,6 +255,44 @@ def _asv_date(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _LAST_DATE_MS:
         raise ValueError(f"key date: expected ms since the epoch, got {value!r:.40}")
     return int(value)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _column(row: list, col: int | None, count: int) -> list:
+    """A statistics column of an asv result row, one entry per parameter combination (None if absent)."""
+    values = row[col] if col is not None and len(row) > col else None
+    if not isinstance(values, list) or len(values) != count:
+        return [None] * count
+    return values
+
+
+def read_main_line(asv_dir: Path) -> list[MainCommit]:
+    """``asv_dir``/first-parent.tsv (``benchmarks/record`` writes it): main's first-parent commits
+    that carry the suite, oldest first; [] when absent (the charts then order commits by date)."""
+    path = asv_dir / "first-parent.tsv"
+    if not os.path.lexists(path):
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise ResultError(f"{path}: cannot read ({error.strerror}); expected main's first-parent commits") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ResultError(f"{path}: not a regular file; expected main's first-parent commits")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read()
+    finally:
+        os.close(fd)
+    commits = []
+    for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+        fields = line.split("\t", 2)
+        if len(fields) != 3 or not all(c in "0123456789abcdef" for c in fields[0]) or len(fields[0]) < 8:
+            raise ResultError(f"{path}: line {number}: expected 'commit<TAB>date<TAB>subject'")
+        commits.append(MainCommit(*fields))
+    return commits
 
 
 def _unquote(text: str) -> str:
