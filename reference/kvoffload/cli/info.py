@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvoffload.cli.flags import Once, UsageError
-from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir
+from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
 from kvoffload.core.fixes import FIX_INFO, PRESETS, Fixes, presets_lacking
 from kvoffload.workloads import describe_workload, list_workloads, load_workload
 
@@ -62,8 +62,11 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kvoffload.report import draw_report
+    from kvoffload.report import draw_report, report_outputs
 
-    index = draw_report(args.source, check_output_dir("--out", args.out))
+    out = check_output_dir("--out", args.out)
+    for path in report_outputs(out):  # what the report replaces or removes: regular files only
+        check_output_file("--out", path)
+    index = draw_report(args.source, out)
     print(f"charts: {index}")
     return 0
