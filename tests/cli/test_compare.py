@@ -38,7 +38,7 @@ def test_a_verdict_reads_the_glossarys_direction(name, before, after, verdict):
 def pair(tmp_path):
     """B is A with a poisoned load, a lower hit rate, more steps and a faster connector."""
     a = write_result(tmp_path / "a.json", "reference", poisoned_loads=0, last_block_hit_rate=1.0, steps=100,
-                     connector_us_per_step=50.0)
+                     connector_us_per_step=50.0, preemptions=2)
     b = write_result(tmp_path / "b.json", "reference -fix", poisoned_loads=2, last_block_hit_rate=0.75, steps=120,
                      connector_us_per_step=80.0)
     return a, b
@@ -52,6 +52,7 @@ def test_text_labels_each_change_and_fails_on_worse_only_when_asked(pair, capsys
     assert lines["last_block_hit_rate"][-2:] == ["worse", "deterministic"]
     assert lines["steps"][-2:] == ["info", "deterministic"]
     assert lines["connector_us_per_step"][-2:] == ["worse", "measured"]
+    assert lines["preemptions"][1:] == ["2", "-", "-", "info", "deterministic"]  # only A has it
     assert main(["compare", "--fail-on-worse", str(a), str(b)]) == 1
     out = capsys.readouterr().out
     assert "deterministic worse: last_block_hit_rate, poisoned_loads" in out
@@ -79,7 +80,7 @@ def test_json_csv_and_markdown_carry_the_same_rows(pair, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "metric,a,b,change,verdict,kind"
     assert "poisoned_loads,0,2,2,worse,deterministic" in lines
-    assert "gpu_hit_rate,,,,same,deterministic" in lines  # absent on both sides: empty cells
+    assert not [line for line in lines if line.startswith("gpu_hit_rate,")]  # in neither file: no row
     assert len(lines) == 1 + len(document["rows"])
 
     assert main(["compare", "--format", "markdown", str(a), str(b)]) == 0

@@ -31,9 +31,11 @@ def register(sub) -> None:
 
 
 def compare_rows(a: dict, b: dict) -> list[tuple]:
-    """One row per glossary metric, then any other metric either file has: (metric, a, b,
-    b - a, verdict, "measured" | "deterministic")."""
-    names = list(METRIC_NAMES) + sorted((set(a["metrics"]) | set(b["metrics"])) - set(METRIC_NAMES))
+    """One row per metric either file has, glossary metrics first in glossary order: (metric, a,
+    b, b - a, verdict, "measured" | "deterministic"). A metric neither has (one an engine does
+    not observe) is left out; one that only one file has is a row with an empty side."""
+    present = set(a["metrics"]) | set(b["metrics"])
+    names = [name for name in METRIC_NAMES if name in present] + sorted(present - set(METRIC_NAMES))
     rows = []
     for name in names:
         va, vb = _number(a["metrics"].get(name)), _number(b["metrics"].get(name))
