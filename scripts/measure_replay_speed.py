@@ -25,7 +25,8 @@ import sys
 
 CHILD = r"""
 import json, sys, time
-from kvoffload.runner import ConnectorChoice, replay_workload
+from kvoffload.choice import ConnectorChoice
+from kvoffload.runner import replay_workload
 from kvoffload.workloads import load_workload
 workload = load_workload(sys.argv[1], json.loads(sys.argv[2]))
 choice = ConnectorChoice.build()

@@ -4,31 +4,44 @@
                       connector only;
 - ``vllm-scheduler``  vLLM's own Scheduler / AsyncScheduler with a fake model runner
                       (``kvoffload.vllm``, needs the optional ``vllm`` extra); connector
-                      ``reference``, ``stock`` (vLLM's OffloadingConnector) or ``MODULE:CLASS``.
+                      ``reference``, ``stock`` (vLLM's OffloadingConnector) or ``MODULE:CLASS``;
+- ``vllm``            vLLM's real engine (``LLMEngine``) on a real model, measured (the same
+                      connectors, and ``off``); checks outputs against an offload-off run.
 
-Both yield a :class:`~kvoffload.engine.record.RunRecord`, so metrics, result files, charts and
-benchmarks read them alike. ``unmeasured`` names the glossary metrics an engine cannot observe:
-they are left out of its results rather than reported as zero.
+Every engine yields a :class:`~kvoffload.engine.record.RunRecord`, so metrics, result files,
+charts and benchmarks read them alike. ``unmeasured`` names the glossary metrics an engine cannot
+observe: they are left out of its results rather than reported as zero.
+
+Dependencies point one way: an engine package (``kvoffload.vllm``) may import this module for the
+interface; this module names the optional engines only by their import path (``OPTIONAL``), so it
+never imports them at module level and a machine without vLLM still runs the simulator.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.record import RunRecord
 
 if TYPE_CHECKING:
-    from kvoffload.runner import ConnectorChoice
+    from kvoffload.choice import ConnectorChoice
     from kvoffload.workloads import Workload
 
 SIMULATOR = "simulator"
 VLLM_SCHEDULER = "vllm-scheduler"
-ENGINES = (SIMULATOR, VLLM_SCHEDULER)
+VLLM = "vllm"  # vLLM's real engine on a real model (kvoffload.vllm.llm_engine)
+
+# Optional engines: name -> "module:class", imported on first use (one row per engine).
+OPTIONAL = {
+    VLLM_SCHEDULER: "kvoffload.vllm.engine:VllmSchedulerEngine",
+    VLLM: "kvoffload.vllm.llm_engine:VllmEngine",
+}
+ENGINES = (SIMULATOR, *OPTIONAL)
 
 
 class ReplayEngine(Protocol):
-    name: str
     unmeasured: tuple[str, ...]
 
     def replay(self, workload: "Workload", choice: "ConnectorChoice", on_step: Callable[[int, int], None] | None,
@@ -36,7 +49,6 @@ class ReplayEngine(Protocol):
 
 
 class Simulator:
-    name = SIMULATOR
     unmeasured: tuple[str, ...] = ()
 
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
@@ -49,14 +61,19 @@ class Simulator:
                       max_steps=max_steps).run()
 
 
-def engine_named(name: str) -> ReplayEngine:
-    if name == SIMULATOR:
+def engine_named(name: str, **options) -> ReplayEngine:
+    """A fresh engine for one replay (an engine may keep what it learnt about that replay);
+    ``options`` go to its constructor (the vllm engine's ``model``, ``oracle``)."""
+    if name == SIMULATOR and not options:
         return Simulator()
-    if name == VLLM_SCHEDULER:
-        try:
-            from kvoffload.vllm.engine import VllmSchedulerEngine
-        except ImportError as error:
-            raise ConfigError(f"--engine {VLLM_SCHEDULER} needs vLLM (the optional extra: "
-                              f"pip install 'kvoffload-bench[vllm]'): {error}") from None
-        return VllmSchedulerEngine()
-    raise ConfigError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    if name != VLLM and options:
+        raise ConfigError(f"the {name} engine takes no options ({', '.join(sorted(options))})")
+    if name not in OPTIONAL:
+        raise ConfigError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    module_name, class_name = OPTIONAL[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ConfigError(f"--engine {name} needs vLLM (the optional extra: "
+                          f"pip install 'kvoffload-bench[vllm]'): {error}") from None
+    return getattr(module, class_name)(**options)

@@ -31,7 +31,8 @@ from typing import Callable, Iterable
 from kvoffload.core.fixes import PRESETS
 from kvoffload.metrics import GLOSSARY, MEASURED_METRICS as MEASURED
 from kvoffload.results import ResultError, write_atomic
-from kvoffload.runner import ConnectorChoice, replay_workload
+from kvoffload.choice import ConnectorChoice
+from kvoffload.runner import replay_workload
 from kvoffload.workloads import load_workload
 
 SCHEMA = "kvoffload-bench/gate-baseline/v1"

@@ -11,38 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from kvoffload.core.fixes import Fixes
+from kvoffload.choice import ConnectorChoice
 from kvoffload.engine.record import RunRecord
 from kvoffload.engines import SIMULATOR, engine_named
-from kvoffload.metrics import compute_metrics
+from kvoffload.metrics import MODEL_METRICS, compute_metrics
 from kvoffload.results import build_result
 from kvoffload.workloads import Workload
-
-
-@dataclass(frozen=True)
-class ConnectorChoice:
-    """Which connector a run drives: the reference with all fixes, a vLLM preset, or fixes off;
-    on the vllm-scheduler engine also ``source`` "stock" (vLLM's own) or "MODULE:CLASS"."""
-
-    label: str
-    fixes: Fixes
-    preset: str | None = None
-    source: str = "reference"
-    disabled: tuple[str, ...] = ()
-
-    @classmethod
-    def build(cls, preset: str | None = None, disabled: tuple[str, ...] = (),
-              source: str = "reference") -> "ConnectorChoice":
-        fixes = Fixes.preset(preset) if preset else Fixes()
-        fixes = fixes.without(*disabled)
-        label = preset or ("reference" if source == "reference" else f"vllm-{source}" if source == "stock" else source)
-        if disabled:
-            label += "".join(f" -{name}" for name in disabled)
-        return cls(label=label, fixes=fixes, preset=preset, source=source, disabled=tuple(disabled))
-
-    def describe(self) -> dict:
-        return {"name": self.source, "label": self.label, "preset": self.preset,
-                "fixes": self.fixes.as_dict(), "disabled": list(self.fixes.disabled())}
 
 
 @dataclass(frozen=True)
@@ -59,10 +33,11 @@ class RunOutcome:
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
                     on_step: Callable[[int, int], None] | None = None, trace: bool = False,
-                    max_steps: int | None = None, engine: str = SIMULATOR) -> RunOutcome:
-    replayer = engine_named(engine)
+                    max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None) -> RunOutcome:
+    replayer = engine_named(engine, **(engine_options or {}))
     record = replayer.replay(workload, choice, on_step, trace, max_steps)
-    metrics = {name: value for name, value in compute_metrics(record).items() if name not in replayer.unmeasured}
+    unmeasured = set(replayer.unmeasured) | (set() if record.model_run else MODEL_METRICS)
+    metrics = {name: value for name, value in compute_metrics(record).items() if name not in unmeasured}
     error = None
     if record.crash is not None:
         error = {"message": record.crash, "step": record.crash_step}
@@ -82,6 +57,8 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
     result["diagnostics"] = {"livelock": record.livelock,
                              "invariant_violations": list(record.invariant_violations)}
     # The whole store-delay distributions ({steps: chunks}), not only the percentiles: the report draws them.
+    if record.oracle is not None:
+        result["oracle"] = record.oracle
     result["distributions"] = {name: {str(k): v for k, v in sorted(Counter(delays).items())} for name, delays in
                                (("store_submit_delay_steps", record.store_submit_delays),
                                 ("store_visible_delay_steps", record.store_visible_delays))}

@@ -13,7 +13,7 @@ from kvoffload.core.fixes import PRESETS
 from kvoffload.engines import ENGINES, SIMULATOR
 from kvoffload.metrics import format_value
 from kvoffload.results import write_atomic
-from kvoffload.runner import ConnectorChoice
+from kvoffload.choice import ConnectorChoice
 from kvoffload.workloads import load_workload
 
 BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")

@@ -11,7 +11,7 @@ from kvoffload.cli.outputs import check_output_dir, check_output_file
 from kvoffload.engine.config import EngineConfig
 from kvoffload.metrics import format_value
 from kvoffload.results import read_result
-from kvoffload.runner import ConnectorChoice
+from kvoffload.choice import ConnectorChoice
 from kvoffload.sweep import duplicates, plan_grid, run_grid, shard
 from kvoffload.workloads import WorkloadError
 from kvoffload.workloads.sizing import split_sizing
@@ -107,6 +107,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _parse_shard(text: str) -> tuple[int, int]:
     index, sep, count = text.partition("/")
-    if not (sep and index.isdigit() and count.isdigit() and int(count) >= 1 and int(index) < int(count)):
+    if not (sep and index.isdigit() and count.isdigit() and len(index) < 20 and len(count) < 20
+            and int(count) >= 1 and int(index) < int(count)):
         raise UsageError(f"--shard expects K/N with 0 <= K < N, got {text!r}")
     return int(index), int(count)

@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvoffload import long_numbers
 from kvoffload.results import SCHEMA, ResultError, read_result
+
+_LAST_DATE_MS = 253402300800000  # 10000-01-01: the end of what a datetime holds
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,9 @@ def _claims_run_schema(path: Path) -> bool:
     """True for JSON objects whose ``schema`` is the run schema (other JSON is not ours)."""
     try:
         data = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+    except ValueError as error:  # a number too long to read: read_result names it and the file is listed
+        return long_numbers.is_too_long(error) and not isinstance(error, json.JSONDecodeError)
+    except (OSError, RecursionError):  # RecursionError: JSON nested too deeply
         return False
     return isinstance(data, dict) and data.get("schema") == SCHEMA
 
@@ -177,6 +182,11 @@ def read_json(path: Path, what: str) -> Any:
         raise ResultError(f"{path}: not JSON (line {error.lineno}: {error.msg}); expected {what}") from None
     except RecursionError:
         raise ResultError(f"{path}: JSON nested too deeply; expected {what}") from None
+    except ValueError as error:  # not a JSONDecodeError: a number too long to convert
+        if not long_numbers.is_too_long(error):
+            raise
+        raise ResultError(f"{path}: expected {long_numbers.EXPECTED} ({what}), got "
+                          f"{long_numbers.describe(raw)}") from None
 
 
 def read_asv_suite(asv_dir: Path) -> dict[str, Any]:
@@ -208,7 +218,7 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         columns = data["result_columns"]
         results = data["results"]
         commit, env = str(data["commit_hash"]), str(data.get("env_name", ""))
-        date = int(data.get("date") or 0)
+        date = _asv_date(data.get("date"))
         result_col, params_col = columns.index("result"), columns.index("params")
         version_col = columns.index("version") if "version" in columns else None
         q25_col, q75_col, repeat_col = (columns.index(c) if c in columns else None
@@ -235,6 +245,16 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
                                        version=None if version is None else str(version), spread=spread,
                                        samples=int(repeat) if _finite(repeat) and repeat >= 1 else 1))
     return points
+
+
+def _asv_date(value: Any) -> int:
+    """asv's ``date``: the commit date in ms since the epoch (0 when absent); ValueError otherwise,
+    reported as a file of another layout."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _LAST_DATE_MS:
+        raise ValueError(f"key date: expected ms since the epoch, got {value!r:.40}")
+    return int(value)
 
 
 def _finite(value: Any) -> bool:

@@ -1,15 +1,14 @@
-"""The ``vllm-scheduler`` engine as ``kvoffload.engines`` sees it."""
+"""The ``vllm-scheduler`` engine as ``kvoffload.engines`` sees it (registered there by import
+path, so that module never imports this package)."""
 
 from __future__ import annotations
 
 from kvoffload.engine.record import RunRecord
-from kvoffload.engines import VLLM_SCHEDULER
 from kvoffload.vllm.build import ConnectorLoad
 from kvoffload.vllm.replay import UNMEASURED, VllmSchedulerReplay
 
 
 class VllmSchedulerEngine:
-    name = VLLM_SCHEDULER
     unmeasured = UNMEASURED
 
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
