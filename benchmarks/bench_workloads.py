@@ -116,6 +116,21 @@ NOT_TRACKED: dict[str, str] = {
     "output_tokens": "fixed by the workload definition (stops short only with a crash, which is tracked)",
     "steps": "priced by the cost model: tracked as seconds_per_output_token_modeled",
 }
+# A real model's metrics (--engine vllm): bench_real_model.py tracks throughput and TTFT on the
+# tiny model; the rest are counts and diagnostics of that run.
+NOT_TRACKED.update({
+    "output_tokens_per_s": "real model: tracked by bench_real_model as seconds_per_output_token",
+    "total_tokens_per_s": "real model: follows output_tokens_per_s (the same wall time, fixed token counts)",
+    "ttft_ms_p50": "real model: tracked by bench_real_model as ttft_ms_p50",
+    "ttft_ms_p99": "real model: tracked by bench_real_model as ttft_ms_p99",
+    "tpot_ms_p50": "real model: tracked by bench_real_model as tpot_ms_p50",
+    "tpot_ms_p99": "real model: one slow iteration on a shared CPU sets it; p50 is tracked",
+    "prefill_tokens_computed": "real model: the complement of prefill_tokens_saved in a fixed workload",
+    "prefill_tokens_saved": "real model: offload_miss_rate tracks the connector's share",
+    "output_mismatches": "real model: a correctness verdict, asserted by tests/vllm and the CI vLLM stage",
+    "wall_seconds": "real model: tracked as seconds_per_output_token (its inverse per token)",
+    "engine_start_seconds": "real model: vLLM's start-up, not the code under test",
+})
 
 FORMS = {
     "as is": lambda value: value,

@@ -4,7 +4,9 @@
                       connector only;
 - ``vllm-scheduler``  vLLM's own Scheduler / AsyncScheduler with a fake model runner
                       (``kvoffload.vllm``, needs the optional ``vllm`` extra); connector
-                      ``reference``, ``stock`` (vLLM's OffloadingConnector) or ``MODULE:CLASS``.
+                      ``reference``, ``stock`` (vLLM's OffloadingConnector) or ``MODULE:CLASS``;
+- ``vllm``            vLLM's real engine (``LLMEngine``) on a real model, measured (the same
+                      connectors, and ``off``); checks outputs against an offload-off run.
 
 Every engine yields a :class:`~kvoffload.engine.record.RunRecord`, so metrics, result files,
 charts and benchmarks read them alike. ``unmeasured`` names the glossary metrics an engine cannot
@@ -29,10 +31,12 @@ if TYPE_CHECKING:
 
 SIMULATOR = "simulator"
 VLLM_SCHEDULER = "vllm-scheduler"
+VLLM = "vllm"  # vLLM's real engine on a real model (kvoffload.vllm.llm_engine)
 
 # Optional engines: name -> "module:class", imported on first use (one row per engine).
 OPTIONAL = {
     VLLM_SCHEDULER: "kvoffload.vllm.engine:VllmSchedulerEngine",
+    VLLM: "kvoffload.vllm.llm_engine:VllmEngine",
 }
 ENGINES = (SIMULATOR, *OPTIONAL)
 
@@ -57,10 +61,13 @@ class Simulator:
                       max_steps=max_steps).run()
 
 
-def engine_named(name: str) -> ReplayEngine:
-    """A fresh engine for one replay (an engine may keep what it learnt about that replay)."""
-    if name == SIMULATOR:
+def engine_named(name: str, **options) -> ReplayEngine:
+    """A fresh engine for one replay (an engine may keep what it learnt about that replay);
+    ``options`` go to its constructor (the vllm engine's ``model``, ``oracle``)."""
+    if name == SIMULATOR and not options:
         return Simulator()
+    if name != VLLM and options:
+        raise ConfigError(f"the {name} engine takes no options ({', '.join(sorted(options))})")
     if name not in OPTIONAL:
         raise ConfigError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
     module_name, class_name = OPTIONAL[name].split(":")
@@ -69,4 +76,4 @@ def engine_named(name: str) -> ReplayEngine:
     except ImportError as error:
         raise ConfigError(f"--engine {name} needs vLLM (the optional extra: "
                           f"pip install 'kvoffload-bench[vllm]'): {error}") from None
-    return getattr(module, class_name)()
+    return getattr(module, class_name)(**options)

@@ -57,6 +57,29 @@ GLOSSARY: tuple[Metric, ...] = (
     Metric("tokens_per_s_modeled", "higher", "output tokens / modelled seconds (cost model, hardware profile)"),
     Metric("copy_gb_per_s", "higher", MEASURED_MARK + "bytes moved by the worker / seconds of copy time"),
     Metric("sim_requests_per_s", "higher", MEASURED_MARK + "requests replayed per second of simulator wall time"),
+    Metric("output_tokens_per_s", "higher", MEASURED_MARK + "real model (`--engine vllm`): output tokens / "
+           "wall seconds of the replay (engine start-up excluded)"),
+    Metric("total_tokens_per_s", "higher", MEASURED_MARK + "real model: (prompt + output tokens) / the same "
+           "wall seconds"),
+    Metric("ttft_ms_p50", "lower", MEASURED_MARK + "real model: time to first token, from handing the request "
+           "to the engine (before the iteration its arrival maps to) to the end of the iteration that returned "
+           "its first token, median over requests with a first token, ms"),
+    Metric("ttft_ms_p99", "lower", MEASURED_MARK + "the same, 99th percentile"),
+    Metric("tpot_ms_p50", "lower", MEASURED_MARK + "real model: time per output token after the first, "
+           "(last token's time - first token's time) / (output tokens - 1), median over requests that "
+           "finished with 2 or more tokens, ms"),
+    Metric("tpot_ms_p99", "lower", MEASURED_MARK + "the same, 99th percentile"),
+    Metric("prefill_tokens_computed", "lower", MEASURED_MARK + "real model: prompt tokens the model computed, "
+           "each request's prompt minus vLLM's `num_cached_tokens` (GPU prefix cache and connector) at its "
+           "first schedule"),
+    Metric("prefill_tokens_saved", "higher", MEASURED_MARK + "real model: prompt tokens the connector loaded "
+           "instead of computing, every admission"),
+    Metric("output_mismatches", "zero", MEASURED_MARK + "real model: requests whose greedy tokens, or first-N "
+           "log-probabilities beyond the tolerance, differ from the same request's in the run with prefix caching "
+           "and offloading off (the output oracle; the result's `oracle` names the first); `-` when it did not run"),
+    Metric("wall_seconds", "info", MEASURED_MARK + "real model: wall time of the replay, engine start-up excluded"),
+    Metric("engine_start_seconds", "info", MEASURED_MARK + "real model: wall time to start vLLM's engine "
+           "(model load, KV cache, connector)"),
     Metric("requests", "info", "requests replayed"),
     Metric("steps", "info", "engine steps"),
     Metric("prompt_tokens", "info", "prompt tokens"),
@@ -67,6 +90,8 @@ GLOSSARY: tuple[Metric, ...] = (
 METRIC_NAMES: tuple[str, ...] = tuple(metric.name for metric in GLOSSARY)
 # Wall-clock metrics: they differ run to run; every other metric is deterministic.
 MEASURED_METRICS = frozenset(m.name for m in GLOSSARY if m.definition.startswith(MEASURED_MARK))
+# Observed only where a real model ran (RunRecord.model_run); absent from other engines' results.
+MODEL_METRICS = frozenset(m.name for m in GLOSSARY if m.definition.startswith(MEASURED_MARK + "real model"))
 
 
 def glossary_markdown() -> str:
@@ -76,7 +101,7 @@ def glossary_markdown() -> str:
     return "\n".join(lines)
 
 
-def percentile(values: Sequence[int], q: float) -> int | None:
+def percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile (an observed value, no interpolation); None when empty."""
     if not values:
         return None
@@ -87,6 +112,10 @@ def percentile(values: Sequence[int], q: float) -> int | None:
 
 def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
 
 
 def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
@@ -114,6 +143,17 @@ def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
         "tokens_per_s_modeled": _ratio(record.output_tokens, record.modeled_seconds),
         "copy_gb_per_s": _ratio((record.store_bytes + record.load_bytes) / 1e9, copy_seconds),
         "sim_requests_per_s": _ratio(record.requests, record.wall_seconds),
+        "output_tokens_per_s": _ratio(record.output_tokens, record.wall_seconds),
+        "total_tokens_per_s": _ratio(record.prompt_tokens + record.output_tokens, record.wall_seconds),
+        "ttft_ms_p50": _ms(percentile(record.ttft_seconds, 50)),
+        "ttft_ms_p99": _ms(percentile(record.ttft_seconds, 99)),
+        "tpot_ms_p50": _ms(percentile(record.tpot_seconds, 50)),
+        "tpot_ms_p99": _ms(percentile(record.tpot_seconds, 99)),
+        "prefill_tokens_computed": record.prefill_tokens_computed,
+        "prefill_tokens_saved": record.prefill_tokens_saved,
+        "output_mismatches": None if record.oracle is None else len(record.oracle["mismatches"]),
+        "wall_seconds": record.wall_seconds,
+        "engine_start_seconds": record.engine_start_seconds,
         "requests": record.requests,
         "steps": record.steps,
         "prompt_tokens": record.prompt_tokens,

@@ -14,7 +14,7 @@ from typing import Callable
 from kvoffload.choice import ConnectorChoice
 from kvoffload.engine.record import RunRecord
 from kvoffload.engines import SIMULATOR, engine_named
-from kvoffload.metrics import compute_metrics
+from kvoffload.metrics import MODEL_METRICS, compute_metrics
 from kvoffload.results import build_result
 from kvoffload.workloads import Workload
 
@@ -33,10 +33,11 @@ class RunOutcome:
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
                     on_step: Callable[[int, int], None] | None = None, trace: bool = False,
-                    max_steps: int | None = None, engine: str = SIMULATOR) -> RunOutcome:
-    replayer = engine_named(engine)
+                    max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None) -> RunOutcome:
+    replayer = engine_named(engine, **(engine_options or {}))
     record = replayer.replay(workload, choice, on_step, trace, max_steps)
-    metrics = {name: value for name, value in compute_metrics(record).items() if name not in replayer.unmeasured}
+    unmeasured = set(replayer.unmeasured) | (set() if record.model_run else MODEL_METRICS)
+    metrics = {name: value for name, value in compute_metrics(record).items() if name not in unmeasured}
     error = None
     if record.crash is not None:
         error = {"message": record.crash, "step": record.crash_step}
@@ -56,6 +57,8 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
     result["diagnostics"] = {"livelock": record.livelock,
                              "invariant_violations": list(record.invariant_violations)}
     # The whole store-delay distributions ({steps: chunks}), not only the percentiles: the report draws them.
+    if record.oracle is not None:
+        result["oracle"] = record.oracle
     result["distributions"] = {name: {str(k): v for k, v in sorted(Counter(delays).items())} for name, delays in
                                (("store_submit_delay_steps", record.store_submit_delays),
                                 ("store_visible_delay_steps", record.store_visible_delays))}

@@ -35,6 +35,15 @@ def hand_record() -> RunRecord:
     record.store_submit_delays += [5, 1, 4, 2, 7, 3, 6]
     # 98 twos and two tens: p50 = 2, p99 = the 99th value = 10 (p99 computed as p50 gives 2).
     record.store_visible_delays += [10] + [2] * 98 + [10]
+    # A real model's timings (the vllm engine). TTFT, 5 values: p50 is the 3rd smallest, 3 ms (a
+    # floor rank gives 2 ms); p99 the 5th, 5 ms. TPOT: 98 of 10 ms, then 50 and 30: p99 is the
+    # 99th value, 30 ms (the largest, 50, would be p100).
+    record.model_run = True
+    record.ttft_seconds += [0.005, 0.001, 0.004, 0.002, 0.003]
+    record.tpot_seconds += [0.010] * 98 + [0.050, 0.030]
+    record.prefill_tokens_computed, record.prefill_tokens_saved = 25, 11
+    record.engine_start_seconds = 12.5
+    record.oracle = {"mismatches": ["request a: ...", "request b: ..."]}
     return record
 
 
@@ -60,6 +69,17 @@ EXPECTED = {
     "tokens_per_s_modeled": 30 / 1.5,
     "copy_gb_per_s": (3 + 1) / (1.0 + 1.0),  # both directions over both directions' time
     "sim_requests_per_s": 10 / 4.0,
+    "output_tokens_per_s": 30 / 4.0,  # over the replay's wall time (not the modelled 1.5 s)
+    "total_tokens_per_s": (40 + 30) / 4.0,  # prompt and output tokens
+    "ttft_ms_p50": 3.0,
+    "ttft_ms_p99": 5.0,
+    "tpot_ms_p50": 10.0,
+    "tpot_ms_p99": 30.0,
+    "prefill_tokens_computed": 25,
+    "prefill_tokens_saved": 11,
+    "output_mismatches": 2,
+    "wall_seconds": 4.0,
+    "engine_start_seconds": 12.5,
     "requests": 10,
     "steps": 250,
     "prompt_tokens": 40,

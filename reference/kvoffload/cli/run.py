@@ -10,7 +10,7 @@ from typing import Sequence
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
-from kvoffload.engines import ENGINES, SIMULATOR
+from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import write_atomic
 from kvoffload.choice import ConnectorChoice
@@ -33,9 +33,15 @@ def register(sub) -> None:
     run.add_argument("--trace", action=Once, type=Path, metavar="FILE",
                      help="also write the jobs as a Chrome trace (JSON)")
     run.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
-                     help="simulator (default) or vLLM's own scheduler (needs the vllm extra)")
+                     help="simulator (default), vLLM's own scheduler, or vLLM's real engine on a real model "
+                          "(vllm; both need the vllm extra)")
     run.add_argument("--connector", action=Once, default="reference", metavar="reference|stock|MODULE:CLASS",
-                     help="vllm-scheduler engine: the reference connector, vLLM's stock one, or any class")
+                     help="vLLM engines: the reference connector, vLLM's stock one, or any class; "
+                          "--engine vllm also off (no connector, no prefix caching)")
+    run.add_argument("--model", action=Once, type=Path, metavar="PATH",
+                     help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
+    run.add_argument("--no-oracle", action=OnceTrue,
+                     help="--engine vllm: skip the output oracle (its offload-off second run)")
     run.set_defaults(handler=_cmd_run)
 
 
@@ -76,6 +82,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides = parse_settings(args.settings, args.scheduling)
     if args.engine == SIMULATOR and args.connector != "reference":
         raise UsageError(f"--connector {args.connector} needs --engine vllm-scheduler (the simulator runs the reference)")
+    if args.engine != VLLM and (args.model is not None or args.no_oracle):
+        raise UsageError(f"--{'model' if args.model is not None else 'no-oracle'} needs --engine vllm")
+    if args.connector == "off" and args.engine != VLLM:
+        raise UsageError("--connector off needs --engine vllm")
     if args.engine != SIMULATOR and args.trace is not None:
         raise UsageError(f"--trace needs the simulator: the {args.engine} engine does not record jobs")
     choice = connector_choice(args.preset, args.disable_fix, args.connector)
@@ -92,8 +102,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out = check_output_file("--out", Path("results/runs") / f"{slug(workload.name)}-{slug(choice.label)}"
                                 f"{engine_part}.json", create_parents=True)
         check_distinct(outputs + [("--out", out)])
+    options = engine_options(args.engine, args.model, not args.no_oracle and args.connector != "off")
     outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None, max_steps=args.max_steps,
-                     engine=args.engine)
+                     engine=args.engine, engine_options=options)
     write_atomic(out, outcome.result)
     if args.trace is not None:
         write_atomic(args.trace, chrome_trace(outcome.record))
@@ -116,10 +127,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def engine_options(engine: str, model: Path | None, oracle: bool) -> dict | None:
+    """The vllm engine's constructor options; the model directory is checked before any replay."""
+    if engine != VLLM:
+        return None
+    if model is not None and not (model / "config.json").is_file():
+        raise UsageError(f"--model {model}: not a model directory (no config.json)")
+    return {"model": None if model is None else str(model), "oracle": oracle}
+
+
 def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False,
-           max_steps: int | None = None, engine: str = SIMULATOR) -> RunOutcome:
+           max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None) -> RunOutcome:
     if quiet:
-        return replay_workload(workload, choice, trace=trace, max_steps=max_steps, engine=engine)
+        return replay_workload(workload, choice, trace=trace, max_steps=max_steps, engine=engine,
+                               engine_options=engine_options)
     from tqdm import tqdm
 
     with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
@@ -128,7 +149,7 @@ def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", t
             if finished > bar.n:
                 bar.update(finished - bar.n)
         return replay_workload(workload, choice, on_step=on_step, trace=trace, max_steps=max_steps,
-                               engine=engine)
+                               engine=engine, engine_options=engine_options)
 
 
 def _run_table(outcome: RunOutcome) -> str:
@@ -142,7 +163,23 @@ def _run_table(outcome: RunOutcome) -> str:
     lines = [head, "-" * len(head)]
     for name, _, meaning in GLOSSARY:
         lines.append(f"{name:<{width}}  {format_value(name, metrics.get(name)):>12}   {meaning}".rstrip())
+    oracle = result.get("oracle")
+    if oracle is not None:
+        lines.append("")
+        lines.append(oracle_line(oracle))
     return "\n".join(lines)
+
+
+def oracle_line(oracle: dict) -> str:
+    """The output oracle's verdict in one line (run and bench tables)."""
+    head = (f"output oracle: {oracle['identical']} of {oracle['compared']} requests identical to the offload-off "
+            f"run (greedy tokens; first {oracle['first_n_logprobs']} logprobs within {oracle['logprob_tolerance']:g}, "
+            f"largest delta {oracle['max_logprob_delta']:.2g})")
+    if oracle["not_compared"]:
+        head += f"; {len(oracle['not_compared'])} not compared"
+    if oracle["mismatches"]:
+        head += f"\nfirst mismatch: {oracle['mismatches'][0]}"
+    return head
 
 
 def slug(text: str) -> str:

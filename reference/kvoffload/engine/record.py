@@ -99,4 +99,12 @@ class RunRecord:
     load_seconds: float = 0.0
     unknown_wait_ids: int = 0
     connector_stats: dict = field(default_factory=dict)
+    # A real model's run (the vllm engine, kvoffload.vllm.llm_engine): measured, not modelled.
+    model_run: bool = False
+    ttft_seconds: list[float] = field(default_factory=list)  # per request with a first token
+    tpot_seconds: list[float] = field(default_factory=list)  # per finished request with 2+ tokens
+    prefill_tokens_computed: int = 0
+    prefill_tokens_saved: int = 0
+    engine_start_seconds: float | None = None
+    oracle: dict | None = None  # the output oracle's report (kvoffload.vllm.outputs), when it ran
     trace_events: list[dict] = field(default_factory=list)

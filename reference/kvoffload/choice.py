@@ -1,0 +1,34 @@
+"""Which connector a run drives: the one description that every engine, the runner, the gate
+and the CLI share (an engine reads it; it knows no engine)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvoffload.core.fixes import Fixes
+
+
+@dataclass(frozen=True)
+class ConnectorChoice:
+    """Which connector a run drives: the reference with all fixes, a vLLM preset, or fixes off;
+    on the vllm-scheduler engine also ``source`` "stock" (vLLM's own) or "MODULE:CLASS"."""
+
+    label: str
+    fixes: Fixes
+    preset: str | None = None
+    source: str = "reference"
+    disabled: tuple[str, ...] = ()
+
+    @classmethod
+    def build(cls, preset: str | None = None, disabled: tuple[str, ...] = (),
+              source: str = "reference") -> "ConnectorChoice":
+        fixes = Fixes.preset(preset) if preset else Fixes()
+        fixes = fixes.without(*disabled)
+        label = preset or ("reference" if source == "reference" else f"vllm-{source}" if source == "stock" else source)
+        if disabled:
+            label += "".join(f" -{name}" for name in disabled)
+        return cls(label=label, fixes=fixes, preset=preset, source=source, disabled=tuple(disabled))
+
+    def describe(self) -> dict:
+        return {"name": self.source, "label": self.label, "preset": self.preset,
+                "fixes": self.fixes.as_dict(), "disabled": list(self.fixes.disabled())}

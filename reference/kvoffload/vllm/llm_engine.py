@@ -1,0 +1,304 @@
+"""The ``vllm`` engine: a workload through vLLM's real engine and a real model, measured.
+
+vLLM 0.32's offline V1 engine (``LLMEngine``, the engine core in this process:
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``) runs the model, by default the tiny Llama shape shipped in
+``tiny_llama/`` with seeded random weights (:mod:`kvoffload.vllm.weights`), or any local model
+directory (``--model``). The connector is loaded as the ``vllm-scheduler`` engine loads it
+(``build.ConnectorLoad``), with real copies (``transfer = "auto"``: threads on the CPU, the
+CUDA handler on CUDA); ``off`` runs no connector and no prefix caching (the oracle's second run).
+
+Arrivals map to engine iterations, not to wall time: a request arriving at workload step ``s``
+is added just before the engine's ``s``-th ``step()``, a follow-up ``think_steps`` iterations
+after the one that finished its parent (the simulator's rule). On a shared 2-core machine the
+wall time of an iteration varies several-fold with the load; step-mapped arrivals give every
+connector, and the oracle's offload-off run, the same request order and the same overlap, so
+hit rates and outputs can be compared across runs and only the measured times vary.
+
+Each request keeps the workload's prompt and output lengths (``ignore_eos``, ``max_tokens`` =
+the scripted output's length, EOS included), greedy sampling with the sampled token's
+log-probability. A follow-up's prompt is its parent's prompt plus the tokens the model produced
+plus the follow-up's own new turn.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+from kvoffload.core.types import ConfigError
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.record import RunRecord
+from kvoffload.vllm.geometry import ModelChoice, engine_geometry
+from kvoffload.vllm.outputs import RequestOutcome
+
+OFF = "off"  # no connector and no prefix caching: the oracle's second run
+# Glossary metrics this engine cannot observe (absent, not zero): the fingerprint oracle, fences
+# and store delays live in the simulated KV cache and engine; the cost model is the simulator's.
+UNMEASURED = ("poisoned_loads", "fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
+              "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
+              "livelock", "invariant_violations", "sim_requests_per_s")
+
+
+@dataclass
+class ModelRun:
+    """A finished real-model replay: the record the metrics read, and every request's outcome."""
+
+    record: RunRecord
+    outcomes: dict[str, RequestOutcome]
+    engine: EngineConfig  # the geometry the engine ran (block size mapped for the attention backend)
+    start_seconds: float
+
+
+def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, preset=None, disabled=()):
+    """vLLM's KVTransferConfig for a connector (None for ``off``), as ``build.ConnectorLoad``
+    writes it, with real copies and the stock spec's capacity sized for this model's blocks."""
+    if source == OFF:
+        return None
+    from kvoffload.vllm.build import STOCK, ConnectorLoad, HOST_PAGE
+
+    config = ConnectorLoad(source, preset, tuple(disabled)).transfer_config(engine, "auto")
+    if source == STOCK:
+        chunk = model.block_bytes(engine.block_size) * engine.blocks_per_chunk
+        config.kv_connector_extra_config["cpu_bytes_to_use"] = engine.cpu_chunks * (-(-chunk // HOST_PAGE) * HOST_PAGE)
+    return config
+
+
+def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_len: int):
+    """vLLM's LLMEngine with the engine core in this process (the driver reads its scheduler)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # Our request ids are unique in a run: keep them, so the scheduler's requests carry them.
+    os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+    from vllm import EngineArgs, LLMEngine
+
+    speculative = None
+    if engine.spec_tokens:
+        # No draft model runs here: n-gram prompt lookup, vLLM's draft-free method (on the CPU
+        # too), proposes the k drafts.
+        speculative = {"method": "ngram", "num_speculative_tokens": engine.spec_tokens,
+                       "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+    args = EngineArgs(
+        model=str(model.path), load_format="dummy" if model.dummy else "auto", skip_tokenizer_init=True,
+        dtype=model.dtype, seed=engine.seed, block_size=engine.block_size, enforce_eager=True,
+        enable_prefix_caching=transfer is not None, kv_transfer_config=transfer, max_model_len=max_model_len,
+        num_gpu_blocks_override=engine.gpu_blocks, max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens, enable_chunked_prefill=True,
+        speculative_config=speculative, async_scheduling=engine.scheduling == "async", disable_log_stats=False,
+        # The pool's exact size: vLLM's CPU worker would otherwise reserve a share of the machine's
+        # memory (gpu_memory_utilization of RAM) and warm the model up to measure it.
+        kv_cache_memory_bytes=model.block_bytes(engine.block_size) * (engine.gpu_blocks + 1))
+    started = time.perf_counter()
+    llm = LLMEngine.from_engine_args(args)
+    if model.dummy:
+        from kvoffload.vllm.weights import seeded_weights
+
+        llm.apply_model(seeded_weights(model.weight_seed))
+    return llm, time.perf_counter() - started
+
+
+def run_on_model(requests, workload_engine: EngineConfig, source: str, model: ModelChoice, *, preset=None,
+                 disabled=(), on_step=None, max_steps: int | None = None) -> ModelRun:
+    engine = engine_geometry(workload_engine)
+    longest = max(spec.num_prompt_tokens + spec.max_tokens for spec in requests)
+    slack = engine.spec_tokens + engine.block_size  # follow-ups of aborted parents run shorter, never longer
+    llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset, disabled),
+                                      min(longest + slack, model.max_model_len))
+    try:
+        replay = _Replay(llm, requests, engine, on_step, max_steps)
+        record = replay.run()
+    finally:
+        _shut_down(llm)
+    return ModelRun(record, replay.outcomes, engine, start_seconds)
+
+
+def _shut_down(llm) -> None:
+    try:
+        llm.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
+        pass
+    from vllm.distributed.kv_transfer import kv_transfer_state
+
+    kv_transfer_state.ensure_kv_transfer_shutdown()  # the worker connector is a process global
+
+
+class _Replay:
+    def __init__(self, llm, requests, engine: EngineConfig, on_step, max_steps):
+        from vllm import SamplingParams
+
+        self.llm, self.engine, self.on_step, self.max_steps = llm, engine, on_step, max_steps
+        self._params = SamplingParams
+        self.specs = {spec.req_id: spec for spec in requests}
+        self.actual: dict = {}  # req_id -> the spec with its actual prompt (the ledger reads them)
+        self.outcomes: dict[str, RequestOutcome] = {}
+        self.record = RunRecord()
+        self._arrivals = sorted((spec.arrival_step, order, spec.req_id)
+                                for order, spec in enumerate(requests) if spec.parent is None)
+        self._children = defaultdict(list)
+        for spec in requests:
+            if spec.parent is not None:
+                self._children[spec.parent].append(spec.req_id)
+        self._order = len(requests)
+        self._aborts: dict[int, list[str]] = defaultdict(list)
+        self._finished: set[str] = set()
+        self._step = 0
+        self.ledger = None
+        scheduler = llm.engine_core.engine_core.scheduler
+        self.connector = scheduler.connector
+        if self.connector is not None:
+            from kvoffload.vllm.observe import AdmissionLedger
+
+            self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.actual)
+            self.ledger.attach(self.connector)
+
+    def run(self) -> RunRecord:
+        started = time.perf_counter()
+        try:
+            while self._arrivals or self.llm.has_unfinished_requests():
+                if self.max_steps is not None and self._step >= self.max_steps:
+                    self.record.max_steps_reached = True
+                    self.record.stuck_requests = tuple(r for r in self.outcomes if r not in self._finished)
+                    break
+                self._one_step()
+        except (AssertionError, KeyError, ValueError, RuntimeError) as error:
+            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
+            self.record.crash_step = self._step
+        self.record.wall_seconds = time.perf_counter() - started
+        self._finish_record()
+        return self.record
+
+    def _one_step(self) -> None:
+        step = self._step
+        self._admit(step)
+        for req_id in self._aborts.pop(step, ()):
+            if req_id not in self._finished:
+                self.llm.abort_request([req_id])
+                self._done(req_id, step, aborted=True)
+        outputs = self.llm.step()
+        now = time.perf_counter()
+        for output in outputs:
+            self._observe(output, now, step)
+        if self.ledger is not None:
+            for req_id, claim in self.ledger.pending_loads.items():
+                self.outcomes[req_id].loaded.append(claim)
+            self.ledger.pending_loads.clear()
+        self._step += 1
+        self.record.steps = self._step
+        if self.on_step is not None:
+            self.on_step(self._step, len(self._finished))
+
+    def _prompt(self, spec) -> tuple[int, ...]:
+        """A follow-up's prompt: its parent's actual prompt and output, then its own new turn."""
+        if spec.parent is None:
+            return tuple(spec.prompt_token_ids)
+        parent_spec, parent = self.specs[spec.parent], self.outcomes[spec.parent]
+        scripted = tuple(parent_spec.prompt_token_ids) + tuple(parent_spec.output_token_ids)
+        prompt = tuple(spec.prompt_token_ids)
+        if prompt[:len(scripted)] != scripted:
+            return prompt  # not a continuation of its parent's sequence: sent as written
+        return parent.prompt + tuple(parent.tokens) + prompt[len(scripted):]
+
+    def _admit(self, step: int) -> None:
+        from vllm.inputs import TokensPrompt
+
+        while self._arrivals and self._arrivals[0][0] <= step:
+            _, _, req_id = self._arrivals.pop(0)
+            spec = self.specs[req_id]
+            prompt = self._prompt(spec)
+            self.actual[req_id] = replace(spec, prompt_token_ids=prompt)
+            params = self._params(max_tokens=len(spec.output_token_ids), ignore_eos=True, temperature=0.0,
+                                  logprobs=0, detokenize=False)
+            self.outcomes[req_id] = RequestOutcome(req_id, prompt, added_at=time.perf_counter())
+            self.record.requests += 1
+            self.record.prompt_tokens += len(prompt)
+            if spec.abort_after_steps is not None:
+                self._aborts[step + spec.abort_after_steps].append(req_id)
+            self.llm.add_request(req_id, TokensPrompt(prompt_token_ids=list(prompt)), params)
+
+    def _observe(self, output, now: float, step: int) -> None:
+        req_id = output.request_id
+        outcome = self.outcomes.get(req_id)
+        if outcome is None or req_id in self._finished:
+            return
+        completion = output.outputs[0]
+        tokens = list(completion.token_ids)
+        if len(tokens) > len(outcome.tokens):
+            if outcome.first_token_at is None:
+                outcome.first_token_at = now
+                self.record.prefill_tokens_computed += len(outcome.prompt) - (output.num_cached_tokens or 0)
+            outcome.last_token_at = now
+            logprobs = completion.logprobs or ()
+            outcome.logprobs = [entry[token].logprob for token, entry in zip(tokens, logprobs)]
+            outcome.tokens = tokens
+        if output.finished:
+            self._done(req_id, step, aborted=False)
+
+    def _done(self, req_id: str, step: int, aborted: bool) -> None:
+        self._finished.add(req_id)
+        outcome = self.outcomes[req_id]
+        outcome.aborted = aborted
+        self.record.finished_requests += 1
+        self.record.output_tokens += len(outcome.tokens)
+        if outcome.first_token_at is not None:
+            self.record.ttft_seconds.append(outcome.first_token_at - outcome.added_at)
+            if len(outcome.tokens) > 1 and not aborted:
+                self.record.tpot_seconds.append((outcome.last_token_at - outcome.first_token_at)
+                                                / (len(outcome.tokens) - 1))
+        if self.ledger is not None:
+            self.ledger.parent_finished(req_id, outcome.prompt + tuple(outcome.tokens), _Finished(
+                len(outcome.prompt) + len(outcome.tokens), aborted))
+        for child in self._children.pop(req_id, ()):
+            arrival = step + 1 + self.specs[child].think_steps
+            self._order += 1
+            index = len(self._arrivals)
+            while index > 0 and self._arrivals[index - 1][0] > arrival:
+                index -= 1
+            self._arrivals.insert(index, (arrival, self._order, child))
+
+    def _finish_record(self) -> None:
+        record = self.record
+        record.model_run = True
+        record.prefill_tokens_saved = record.admission_hit_tokens
+        core = getattr(self.connector, "core", None)
+        if core is not None:
+            record.lifecycle_violations = len(core.manager.violations)
+            record.connector_stats = dict(vars(core.stats))
+
+
+class _Finished:
+    """What AdmissionLedger.parent_finished reads of a finished request: every position but the
+    last sampled token's was computed (an aborted one too, as far as it got)."""
+
+    def __init__(self, num_tokens: int, aborted: bool):
+        self.num_tokens = num_tokens
+        self.num_computed_tokens = num_tokens - 1
+        self.status = SimpleNamespace(name="FINISHED_ABORTED" if aborted else "FINISHED_LENGTH_CAPPED")
+
+
+class VllmEngine:
+    """``--engine vllm`` as ``kvoffload.engines`` sees it (registered there by import path)."""
+
+    unmeasured = UNMEASURED
+
+    def __init__(self, model: str | None = None, oracle: bool = True) -> None:
+        self.model = ModelChoice.named(model)
+        self.oracle = oracle
+        self.last_run: ModelRun | None = None
+        self.baseline: ModelRun | None = None
+
+    def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
+        if trace:
+            raise ConfigError("--trace needs the simulator: the vllm engine does not record jobs")
+        run = run_on_model(workload.requests, workload.engine, choice.source, self.model, preset=choice.preset,
+                           disabled=choice.disabled, on_step=on_step, max_steps=max_steps)
+        self.last_run = run
+        run.record.engine_start_seconds = run.start_seconds
+        if self.oracle and choice.source != OFF and run.record.crash is None:
+            from kvoffload.vllm.outputs import compare_outputs
+
+            self.baseline = run_on_model(workload.requests, workload.engine, OFF, self.model, max_steps=max_steps)
+            report = compare_outputs(run.outcomes, self.baseline.outcomes, tokens_per_chunk=run.engine.tokens_per_chunk,
+                                     tolerance=self.model.logprob_tolerance)
+            run.record.oracle = report.as_dict()
+        return run.record
