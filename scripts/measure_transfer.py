@@ -97,7 +97,7 @@ def main() -> None:
         for _ in range(args.repeats):
             bench = BuildConnectorMeta()
             bench.setup(1)
-            runs.append(bench.track_us_per_step(1))
+            runs.append(min(bench.samples()))
             bench.teardown(1)
         print("build_connector_meta bpc 1, 256 requests: " + " ".join(f"{us:.0f}" for us in runs) + " us/step")
 

@@ -6,15 +6,19 @@ a replay "diagnostics" ({"livelock", "invariant_violations"}: what those metrics
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import math
 import os
 import platform
 import stat
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
+
+from kvoffload import long_numbers
 
 SCHEMA = "kvoffload-bench/run/v1"
 
@@ -61,22 +65,24 @@ def build_result(*, workload: dict, connector: dict, config: Any, metrics: dict,
     }
 
 
-def write_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place.
+@contextlib.contextmanager
+def atomic_output(path: Path, mode: str = "w") -> Iterator[IO]:
+    """A file to write ``path``'s new content into: it replaces ``path`` whole when the block
+    ends, and an interrupt or error inside it leaves the old file, or none, never a partial one.
 
-    Only a regular file is ever replaced (the command line checks this before a run; checked
-    again here because the path may have changed meanwhile). An interrupt or error leaves the
-    old file, or none, never a partial one.
+    The content goes to a temporary file beside ``path`` and is renamed into place. Only a regular
+    file is ever replaced (commands check their outputs before any work; checked again here because
+    the path may have changed meanwhile): a FIFO, a device or a symbolic link raises OSError, so a
+    FIFO never blocks the write and a link is never written through.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
         raise OSError(f"{path}: not a regular file; refusing to replace it")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; results are meant to be shared
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False)
-            handle.write("\n")
+        with os.fdopen(fd, mode) as handle:
+            yield handle
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -84,11 +90,40 @@ def write_atomic(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
+TEMPORARY_SUFFIX = ".tmp"
+# tempfile's random part is 8 characters (CPython 3.x); counted generously, so a future longer
+# one still fits what the command line checked.
+_TEMPORARY_RANDOM = 16
+_TEMPORARY_STEM = 48  # characters of the file's own name kept in the temporary name
+
+
+def _temporary_prefix(path: Path) -> str:
+    """``.<name>.``, the name cut to 48 characters: a temporary name fits wherever a name does."""
+    return f".{path.name[:_TEMPORARY_STEM]}."
+
+
+def temporary_name(path: Path) -> str:
+    """The longest name ``write_atomic`` may give the temporary file beside ``path`` (what the
+    command line checks against the file system's limits before a run)."""
+    return _temporary_prefix(path) + "X" * _TEMPORARY_RANDOM + TEMPORARY_SUFFIX
+
+
+def write_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON to ``path`` whole or not at all (``atomic_output``)."""
+    with atomic_output(path) as handle:
+        json.dump(data, handle, indent=2, sort_keys=False)
+        handle.write("\n")
+
+
 def read_result(path: Path) -> dict[str, Any]:
+    """A result file, checked for everything ``compare``, ``report`` and ``sweep`` read from it:
+    ResultError naming the file and the key otherwise (a result edited by hand, cut short, or
+    written by another tool)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the read forever
             raise ResultError(f"{path}: not a regular file (expected a kvoffload result)")
-        data = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        data = json.loads(text)
     except FileNotFoundError:
         raise ResultError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -97,15 +132,49 @@ def read_result(path: Path) -> dict[str, Any]:
         raise ResultError(f"{path}: not JSON (line {error.lineno}: {error.msg})") from None
     except RecursionError:
         raise ResultError(f"{path}: not a kvoffload result (JSON nested too deeply)") from None
+    except ValueError as error:  # not a JSONDecodeError: a number too long to convert
+        if not long_numbers.is_too_long(error):
+            raise
+        raise ResultError(f"{path}: expected {long_numbers.EXPECTED}, got {long_numbers.describe(text)}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ResultError(f"{path}: not a kvoffload result (expected schema {SCHEMA!r})")
+    check_result(data, str(path))
+    return data
+
+
+# Optional keys and what they hold when present; null is allowed for each.
+_OPTIONAL_OBJECTS = ("provenance", "error", "diagnostics", "distributions")
+
+
+def check_result(data: dict[str, Any], where: str) -> None:
+    """ResultError for the first key of a result document that is not what the readers expect."""
+    def wrong(key: str, expected: str, value: Any) -> ResultError:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return ResultError(f"{where}: key {key}: expected {expected}, got {shown}")
+
     for key in ("workload", "connector", "config", "metrics"):
         if not isinstance(data.get(key), dict):
-            raise ResultError(f"{path}: key {key!r} missing or not an object")
+            raise ResultError(f"{where}: key {key!r} missing or not an object")
+    for key in _OPTIONAL_OBJECTS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise wrong(key, "an object or null", data[key])
     for section, key in (("workload", "name"), ("connector", "label")):
         if not isinstance(data[section].get(key), str):
-            raise ResultError(f"{path}: key {section}.{key}: expected a string, got {data[section].get(key)!r}")
+            raise wrong(f"{section}.{key}", "a string", data[section].get(key))
+    for section, key in (("connector", "preset"), ("provenance", "commit")):
+        value = (data.get(section) or {}).get(key)
+        if value is not None and not isinstance(value, str):
+            raise wrong(f"{section}.{key}", "a string or null", value)
+    disabled = data["connector"].get("disabled")
+    if disabled is not None and not (isinstance(disabled, list) and all(isinstance(n, str) for n in disabled)):
+        raise wrong("connector.disabled", "a list of fix names", disabled)
     for name, value in data["metrics"].items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ResultError(f"{path}: key metrics.{name}: expected a number or null, got {value!r}")
-    return data
+        if value is not None and not _finite_number(value):
+            raise wrong(f"metrics.{name}", "a finite number or null", value)
+
+
+def _finite_number(value: Any) -> bool:
+    """An int or float that a float holds (compare subtracts an int from a float), finite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) < 2**1023

@@ -6,6 +6,7 @@ definitions, and every tracked number is checked to be the lower-is-better form 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import pickle
@@ -172,3 +173,18 @@ def test_workloads_resolve_to_this_checkouts_definitions(module):
     path = module.workload_spec("multi-turn")
     assert path.endswith("workloads/multi-turn.toml")
     assert load_workload(path).requests == load_workload("multi-turn").requests
+
+
+def test_every_track_version_has_its_change_listed(module):
+    """A track at a version past 1 changed meaning at a commit: benchmarks/record records it only
+    from there, and the charts mark it, both from the one list of changes (report/changes.csv)."""
+    from kvoffload.report.changes import read_changes
+
+    listed = {(c.metric, c.version) for c in read_changes() if c.version}
+    for track in module.TRACKS:
+        if track.version != "1":
+            assert any(fnmatch.fnmatchcase(track.name, glob) and version == track.version
+                       for glob, version in listed), f"{track.name} v{track.version}: no row in changes.csv"
+    for glob, version in listed:
+        assert any(fnmatch.fnmatchcase(t.name, glob) and t.version == version for t in module.TRACKS), \
+            f"changes.csv: {glob} v{version} matches no track of that version"

@@ -13,11 +13,11 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.core.fixes import Fixes
-from kvoffload.core.types import RequestStatus
+from kvoffload.core.types import RequestStatus, TransferKind
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile
-from kvoffload.engine.engine import replay
+from kvoffload.engine.engine import Engine, replay
 from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.requests import RequestSpec
@@ -158,3 +158,42 @@ class TestEngineReset:
         assert record.resets == [(4, not busy)]
         assert record.gpu_hit_tokens == (8 if busy else 0)
         assert record.connector_hit_tokens_admitted == 0  # the connector was reset both times
+
+
+class TestResetWhileAFailedLoadIsInFlight:
+    """A (8 tokens) finishes and its two chunks are stored; the GPU cache then forgets A's blocks,
+    so C (A's history + 4 tokens) gets 8 tokens from the connector. C's load is in flight when
+    reset_cache comes (step 6 sync, 7 async: the copy reports 3 steps later), and the copy fails.
+    The reset makes the load's completion stale to the connector's scheduler side, but C's blocks
+    still hold garbage: the worker reports them (vLLM's get_block_ids_with_load_errors), and C
+    recomputes the 8 tokens exactly as after a failed load without a reset. Found by the fuzzer
+    (issue 22): the report used to come from the scheduler side, which dropped it as stale, and
+    C ran on with the garbage as its KV."""
+
+    @pytest.mark.parametrize("scheduling, reset_step", [("sync", 6), ("async", 7)])
+    @pytest.mark.parametrize("spec_tokens", [0, 1])
+    def test_the_garbage_is_recomputed(self, scheduling, reset_step, spec_tokens):
+        a = RequestSpec("A", tokens(1, 8), tokens(2, 1))
+        c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + tokens(3, 4), tokens(4, 2), parent="A")
+        config = TINY.replace(scheduling=scheduling, spec_tokens=spec_tokens, store_completion_steps=3)
+
+        def failed_load_run(reset_at):
+            engines = []
+
+            def forget_gpu_cache(next_step, finished):
+                if next_step < 6:
+                    engines[0].pool.uncache_free_blocks()
+
+            eng = Engine([a, c], config, Fixes(), reset_cache_at=reset_at, strict=True, max_steps=200,
+                         on_step=forget_gpu_cache, skip_idle=False)
+            engines.append(eng)
+            eng.handler.fail_jobs(lambda job: job.kind is TransferKind.LOAD)
+            return eng.run(), eng
+
+        without_reset, _ = failed_load_run([])
+        record, eng = failed_load_run([reset_step])
+        assert record.resets == [(reset_step, False)]  # C holds blocks: the GPU cache stays
+        assert len(eng.handler.failed_job_ids) == 1 and record.connector_hit_tokens_admitted == 8
+        assert (record.crash, record.poisoned, record.stuck_requests, record.leaked_requests) == (None, [], (), ())
+        assert record.finished_requests == 2
+        assert record.scheduled_tokens == without_reset.scheduled_tokens  # the 8 failed tokens again

@@ -6,6 +6,8 @@ Each entry names what went wrong when it was found. An example that exposed a to
 
 from __future__ import annotations
 
+import pytest
+
 from test_engine_fuzz import Program, check_program
 
 from kvoffload.engine.config import EngineConfig
@@ -25,3 +27,18 @@ def test_follow_up_admitted_before_the_parents_final_store_exists():
     r3 = R("r3", r1.prompt_token_ids + r1.output_token_ids + (3,), (3, 4, 3, 5, 7, 5, 6, 3), arrival_step=2,
            parent="r1", think_steps=0, abort_after_steps=13)
     check_program(Program(config, (r0, r1, r3), infinite=True))
+
+
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+@pytest.mark.parametrize("spec_tokens", [0, 1])
+def test_a_load_that_fails_across_a_reset_is_recomputed(scheduling, spec_tokens):
+    """Issue 22 (the nightly profile, two minutes in): r2's load of chunk 0 (job 3) is in flight
+    when reset_cache comes at step 8, and its copy fails. The connector's scheduler side dropped
+    the failure as a stale completion, so nothing reported r2's block as garbage and r2 counted
+    position 0 as computed: "computed positions hold wrong KV: r2 position 0". The worker now
+    reports a failed load's blocks itself (docs/engine.md, "Failed loads")."""
+    config = EngineConfig(gpu_blocks=6, cpu_chunks=5, block_size=2, blocks_per_chunk=1, offload_prompt_only=False,
+                          max_num_seqs=1, max_num_batched_tokens=2, spec_tokens=spec_tokens,
+                          store_completion_steps=3, strict_lifecycle=True, scheduling=scheduling)
+    requests = (R("r0", (3, 3), (3,)), R("r1", (3,) * 5, (3, 3, 3)), R("r2", (3, 3), (3,)))
+    check_program(Program(config, requests, resets=(8,), failed_job_ids=frozenset({3})))

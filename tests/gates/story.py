@@ -104,12 +104,15 @@ def pending_reads_as_miss(eng: Engine) -> None:
 def wrong_computed_slots(eng: Engine) -> list[tuple[str, int]]:
     """(request, position) of every computed position whose GPU slot does not hold the KV of the
     request's prefix: what a wrong GPU prefix hit or a recompute that skipped a failed load
-    leaves behind. (The load oracle only checks the slots a load wrote.)"""
+    leaves behind. (The load oracle only checks the slots a load wrote.) Under async scheduling
+    with drafts, the drafts a step in flight will reject count as computed until its output is
+    processed (vLLM rolls them back then): their slots are not the request's KV."""
     kv, bs = eng.kv, eng.config.block_size
     slots = kv.gpu.view(kv.num_gpu_blocks * bs, kv.slot_bytes).view(torch.int64)[:, 0].numpy()
     wrong = []
     for live in eng.scheduler.live.values():
-        computed = min(live.req.num_computed_tokens, len(live.truth), len(live.blocks) * bs)
+        verified = live.req.num_computed_tokens - live.rejected_in_flight
+        computed = min(verified, len(live.truth), len(live.blocks) * bs)
         if computed == 0:
             continue
         expected = as_signed(prefix_fingerprints(np.asarray(live.truth[:computed], dtype=np.int64)))

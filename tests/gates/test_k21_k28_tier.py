@@ -65,7 +65,7 @@ class TestK22FailedLoadIsRecomputed:
         assert healthy(record) and record.finished_requests == 2
         assert record.connector_hit_tokens_admitted == good.connector_hit_tokens_admitted == 8
         assert record.scheduled_tokens == good.scheduled_tokens + 8
-        assert eng.connector.take_block_ids_with_load_errors() == set()  # the engine took them
+        assert eng.worker.take_block_ids_with_load_errors() == set()  # the engine took them
 
 
 class TestK23PendingHitResolves:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -44,5 +45,15 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         return 0
     except BAD_INPUT as error:
         message = str(error).splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"kvoffload: error: {message}", file=sys.stderr)
+        print(f"kvoffload: error: {shorten(message)}", file=sys.stderr)
         return 2
+
+
+LONGEST_WORD = 256  # characters of one value echoed in an error line (a path, a --set value)
+
+
+def shorten(message: str) -> str:
+    """``message`` with each run of more than LONGEST_WORD non-blank characters cut in the middle:
+    a 5,000-digit --set value stays one readable line, its start and end still shown."""
+    return re.sub(r"\S{%d,}" % (LONGEST_WORD + 1),
+                  lambda match: f"{match[0][:160]}...({len(match[0]):,} characters)...{match[0][-60:]}", message)

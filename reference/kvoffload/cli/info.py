@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvoffload.cli.flags import Once, UsageError
-from kvoffload.cli.outputs import check_output_dir
+from kvoffload.cli.outputs import check_output_dir, check_output_file
 from kvoffload.core.fixes import FIX_INFO, PRESETS, Fixes, presets_lacking
 from kvoffload.metrics import METRIC_NAMES, format_value
 from kvoffload.results import read_result
@@ -64,9 +64,12 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kvoffload.report import draw_report
+    from kvoffload.report import draw_report, report_outputs
 
-    index = draw_report(args.source, check_output_dir("--out", args.out))
+    out = check_output_dir("--out", args.out)
+    for path in report_outputs(out):  # what the report replaces or removes: regular files only
+        check_output_file("--out", path)
+    index = draw_report(args.source, out)
     print(f"charts: {index}")
     return 0
 

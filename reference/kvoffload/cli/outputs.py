@@ -8,16 +8,23 @@ Rules (each failure is one line naming the flag and the path):
 - its folder exists (or, for default paths, can be created) and is writable;
 - an output folder (``bench --out-dir``, ``report --out``) is a folder or absent;
 - no two outputs of one command are the same file (``--out X --trace X`` would write the trace
-  over the result).
+  over the result);
+- the file and the temporary file it is written through (``results.write_atomic``) have names
+  and paths the file system takes (NAME_MAX, PATH_MAX);
+- no output goes under /proc or /sys, or into any kernel pseudo file system (procfs, sysfs,
+  cgroupfs, ...): root may "write" there as far as ``os.access`` can tell, and the write fails
+  only when the result is written, after the replay.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Iterable
 
+from kvoffload import results
 from kvoffload.cli.flags import UsageError
 
 
@@ -47,7 +54,9 @@ def check_output_file(flag: str, path: Path, *, create_parents: bool = False) ->
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise UsageError(f"{flag} {path}: is {_kind(info.st_mode)}; expected a regular file or a new path "
                          f"(it is never replaced)")
-    _check_folder(flag, path, path.parent if str(path.parent) else Path("."), create_parents)
+    existing = _check_folder(flag, path, path.parent if str(path.parent) else Path("."), create_parents)
+    _check_file_system(flag, path, existing)
+    _check_name_lengths(flag, path, existing)
     return path
 
 
@@ -59,12 +68,16 @@ def check_output_dir(flag: str, path: Path) -> Path:
             raise UsageError(f"{flag} {path}: is {_kind(info.st_mode)}; expected a directory")
         if not os.access(path, os.W_OK | os.X_OK):
             raise UsageError(f"{flag} {path}: directory is not writable")
+        _check_file_system(flag, path, path)
         return path
-    _check_folder(flag, path, path.parent if str(path.parent) else Path("."), create_parents=True)
+    existing = _check_folder(flag, path, path.parent if str(path.parent) else Path("."), create_parents=True)
+    _check_file_system(flag, path, existing)
     return path
 
 
-def _check_folder(flag: str, path: Path, folder: Path, create_parents: bool) -> None:
+def _check_folder(flag: str, path: Path, folder: Path, create_parents: bool) -> Path:
+    """The folder ``path`` will be written in, or with ``create_parents`` its nearest existing
+    ancestor, checked to be a writable directory; returns it."""
     while create_parents and not folder.exists() and not folder.is_symlink() and folder != folder.parent:
         folder = folder.parent
     try:
@@ -77,6 +90,74 @@ def _check_folder(flag: str, path: Path, folder: Path, create_parents: bool) -> 
         raise UsageError(f"{flag} {path}: directory {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: directory {folder} is not writable")
+    return folder
+
+
+# Kernel interfaces mounted as file systems: they hold no regular files a program may create.
+PSEUDO_FILE_SYSTEMS = frozenset({
+    "proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "pstore", "bpf", "configfs",
+    "efivarfs", "fusectl", "binfmt_misc", "devpts", "mqueue", "nsfs", "autofs", "rpc_pipefs", "selinuxfs",
+    "hugetlbfs"})
+KERNEL_TREES = ("/proc", "/sys")  # by convention (FHS), whatever is mounted there in a container
+
+
+def _check_file_system(flag: str, path: Path, folder: Path) -> None:
+    """``folder`` (an existing directory) is not a kernel interface: /proc, /sys or a pseudo file
+    system found in this process's mount table."""
+    real = os.path.realpath(folder)
+    for tree in KERNEL_TREES:
+        if real == tree or real.startswith(tree + "/"):
+            raise UsageError(f"{flag} {path}: {real} is in {tree}, the kernel's interface, not a place for files")
+    kind = mount_type(real)
+    if kind in PSEUDO_FILE_SYSTEMS:
+        raise UsageError(f"{flag} {path}: {real} is on a {kind} file system (a kernel interface, not a place "
+                         f"for files)")
+
+
+def mount_type(real: str) -> str | None:
+    """The file system type of the mount holding ``real`` (a resolved path), from
+    /proc/self/mountinfo (Linux); None where there is no such table."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            table = handle.read().splitlines()
+    except OSError:
+        return None
+    best, kind = "", None
+    for line in table:
+        fields, _, rest = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not rest:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[4])  # \040 is a space
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):  # the deepest mount wins; a later one over the same point too
+            best, kind = point, rest.split()[0]
+    return kind
+
+
+def _check_name_lengths(flag: str, path: Path, folder: Path) -> None:
+    """The file's name and path, and those of the temporary file it is written through, fit the
+    file system's NAME_MAX and PATH_MAX (``folder``: the nearest existing one, for its limits)."""
+    temporary = results.temporary_name(path)
+    name_max = _pathconf(folder, "PC_NAME_MAX", 255)
+    path_max = _pathconf(folder, "PC_PATH_MAX", 4096)  # counts the final NUL
+    for name in (path.name, temporary):
+        if len(os.fsencode(name)) > name_max:
+            what = "its name" if name == path.name else f"the temporary name {temporary[:40]}..."
+            raise UsageError(f"{flag} {path}: {what} is {len(os.fsencode(name)):,} bytes long; this file system "
+                             f"takes at most {name_max:,}")
+    longest = max(len(os.fsencode(str(path))), len(os.fsencode(str(path.parent / temporary))))
+    if longest >= path_max:
+        raise UsageError(f"{flag} {path}: a path of {longest:,} bytes (the temporary file's included); this "
+                         f"system takes at most {path_max - 1:,}")
+
+
+def _pathconf(folder: Path, name: str, default: int) -> int:
+    try:
+        value = os.pathconf(folder, name)
+    except (OSError, ValueError):  # not POSIX, or not a limit this file system has
+        return default
+    return value if value > 0 else default
 
 
 def check_distinct(outputs: Iterable[tuple[str, Path]]) -> None:

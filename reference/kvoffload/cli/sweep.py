@@ -107,6 +107,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _parse_shard(text: str) -> tuple[int, int]:
     index, sep, count = text.partition("/")
-    if not (sep and index.isdigit() and count.isdigit() and int(count) >= 1 and int(index) < int(count)):
+    if not (sep and index.isdigit() and count.isdigit() and len(index) < 20 and len(count) < 20
+            and int(count) >= 1 and int(index) < int(count)):
         raise UsageError(f"--shard expects K/N with 0 <= K < N, got {text!r}")
     return int(index), int(count)

@@ -18,7 +18,6 @@ class RequestState:
     store_boundary: int = 0  # (next_stored_chunk + 1) * tokens_per_chunk: the decode step's test
     num_local_tokens: int = 0  # GPU prefix-cache hit tokens at the last admission
     finish_signalled: bool = False  # manager.on_request_finished was called
-    load_destination: tuple[BlockId, ...] = ()  # GPU blocks its load in flight writes
     # Only with reset_clears_request_jobs off: job ids reset_cache forgot to clear (vLLM #48102).
     stale_job_ids: tuple[JobId, ...] = ()
 

@@ -69,8 +69,6 @@ class ReferenceConnectorScheduler:
         self._requests: dict[ReqId, RequestState] = {}
         self._chunks_being_loaded: set[OffloadKey] = set()
         self._failed_jobs: set[JobId] = set()
-        # Failed loads' GPU blocks (vLLM: get_block_ids_with_load_errors -> _handle_invalid_blocks)
-        self._load_error_blocks: set[BlockId] = set()
         # Flushes requested by reset_cache, delivered with the next plan.
         self._flush_next_plan: set[JobId] = set()
         # Per-schedule scratch, emptied at the end of build_connector_meta.
@@ -164,7 +162,6 @@ class ReferenceConnectorScheduler:
             raise ConnectorCrash(f"assert not transfer_jobs: load for {req.req_id!r} while it has jobs in flight")
         slots = self.manager.prepare_load(req.req_id, keys, range(first_chunk, end_chunk))
         job_id = self.jobs.add_load(req.req_id, keys)
-        state.load_destination = destination
         self._chunks_being_loaded.update(keys)
         self.stats.load_jobs += 1
         self._load_jobs_this_step.append(TransferJob(
@@ -264,14 +261,7 @@ class ReferenceConnectorScheduler:
             state = self._requests.get(done.req_id)
             if state is None:
                 raise ConnectorCrash(f"KeyError: completion of job {done.job_id} for released request {done.req_id!r}")
-            if not done.is_store and not succeeded:  # garbage in its blocks: the engine recomputes
-                self._load_error_blocks.update(state.load_destination)
             self._release_if_done(state)
-
-    def take_block_ids_with_load_errors(self) -> set[BlockId]:
-        """GPU blocks of loads that failed since the last call (each reported once)."""
-        blocks, self._load_error_blocks = self._load_error_blocks, set()
-        return blocks
 
     def _has_jobs(self, state: RequestState) -> bool:
         return bool(state.stale_job_ids) or self.jobs.has_jobs(state.req.req_id)

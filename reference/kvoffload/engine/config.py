@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kvoffload import long_numbers
 from kvoffload.core.types import ConfigError, ConnectorConfig, KVGeometry
 from kvoffload.engine.cost import profile as hardware_profile
 
@@ -92,7 +93,9 @@ class EngineConfig:
         if isinstance(default, int):
             try:
                 return int(text)
-            except ValueError:
+            except ValueError as error:
+                if long_numbers.is_too_long(error):  # a number, but one too long to read
+                    raise ConfigError(f"{key} expects {long_numbers.digits_message(text)}") from None
                 raise ConfigError(f"{key} expects an integer, got {text!r}") from None
         if isinstance(default, float):
             try:

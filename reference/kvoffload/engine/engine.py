@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Sequence
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.manager import LifecycleViolation
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
-from kvoffload.core.types import ConfigError, ConnectorCrash, TransferResult, cdiv
+from kvoffload.core.types import BlockId, ConfigError, ConnectorCrash, TransferResult, cdiv
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile as hardware_profile
@@ -187,7 +187,7 @@ class Engine:
         results = tuple(timed(worker.get_finished))
         observer.model_step(scheduled, plan)
         # 6. update_from_output: now (sync) or after the next step's schedule (async)
-        output = StepOutput(step, tuple(scheduled), results)
+        output = StepOutput(step, tuple(scheduled), results, frozenset(worker.take_block_ids_with_load_errors()))
         if self.config.scheduling == "sync":
             self._update_from_output(output)
         else:
@@ -232,15 +232,16 @@ class Engine:
     def _update_from_output(self, output: StepOutput) -> None:
         self.scheduler.update_from_output(output)
         # Completions are processed now (under async, one step after the step that produced them).
-        self._process_completions(output.results, self._step)
+        self._process_completions(output.results, output.load_error_blocks, self._step)
 
-    def _process_completions(self, results: Sequence[TransferResult], step: int) -> None:
+    def _process_completions(self, results: Sequence[TransferResult], invalid: frozenset[BlockId], step: int) -> None:
         workers = self.config.workers
         acks = [result for result in results for _ in range(workers)]
         self.observer.timed(self.connector.update_connector_output, acks)
         # A failed load's blocks hold garbage: keep the prefix before the first of them and
-        # recompute the rest (vLLM Scheduler._handle_invalid_blocks, recompute policy).
-        invalid = self.connector.take_block_ids_with_load_errors()
+        # recompute the rest (vLLM Scheduler._handle_invalid_blocks, recompute policy). The
+        # worker reports them, not the connector's scheduler side: a reset_cache there makes
+        # the load's completion stale, and the blocks were still not written (docs/engine.md).
         for result in results:
             if self.observer.store_completed(result, step):
                 continue

@@ -13,7 +13,7 @@ import random
 from collections import deque
 from typing import Callable, NamedTuple
 
-from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.core.types import BlockId, RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
 from kvoffload.engine import spec
 from kvoffload.engine.admission import Admission
 from kvoffload.engine.block_pool import BlockPool
@@ -42,6 +42,10 @@ class StepOutput(NamedTuple):
     step: int
     scheduled: tuple[Scheduled, ...]
     results: tuple[TransferResult, ...]
+    # GPU blocks of this poll's failed loads (vLLM's KVConnectorOutput.invalid_block_ids, from
+    # the worker's get_block_ids_with_load_errors): they travel with the output that reports the
+    # loads, so async scheduling applies them with those loads, not with the next step's.
+    load_error_blocks: frozenset[BlockId] = frozenset()
 
 
 class LoadInFlight(NamedTuple):

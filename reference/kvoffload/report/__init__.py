@@ -16,23 +16,66 @@ Draws (module ``figures``, one function per kind):
 (b) hit rate against CPU capacity, from runs that differ only in ``config.cpu_chunks``;
 (c) store submission / visibility delays per run: the whole distributions where the result
     files keep them (``distributions``), else their p50 and p99;
-(d) each asv benchmark across commits, every machine in the same panel (module ``history``).
+(d) each asv benchmark across main's commits, every machine in the same panel (module
+    ``history``), with the intended changes of ``changes.csv`` marked.
 
-Every chart lists the provenance of its points (result files, commits, machines).
+The page has one section per question a reader brings (``figures.SECTIONS``). Every chart lists
+the provenance of its points (result files, commits, machines), and its data is a CSV beside it
+(same name, ``.csv``).
 
 Sections without data are listed under "Not drawn" with the reason. Figures of earlier reports
 in ``out`` (our file-name patterns only) are removed first, so the folder matches its index.
+Every file is written whole or not at all (``results.atomic_output``); only regular files are
+replaced or removed: ``report_outputs`` names the existing ones, for the command line to check
+before any work, and the writer checks each again.
 """
 
 from __future__ import annotations
 
+import csv
+import os
+import stat
 from pathlib import Path
 
-from kvoffload.report.figures import FILE_PATTERNS, draw_ablation, draw_capacity, draw_store_delays
+from kvoffload.report.changes import read_changes
+from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_ablation, draw_capacity, draw_store_delays
 from kvoffload.report.history import draw_asv_history
 from kvoffload.report.page import Page, write_html, write_markdown
-from kvoffload.report.sources import asv_param_names, check_source, find_asv_points, find_runs, read_asv_suite
-from kvoffload.results import ResultError
+from kvoffload.report.sources import (
+    asv_param_names,
+    check_source,
+    find_asv_points,
+    find_runs,
+    read_asv_suite,
+    read_main_line,
+)
+from kvoffload.results import ResultError, atomic_output
+
+INDEX_FILES = ("index.html", "index.md")
+
+
+def report_outputs(out: Path) -> list[Path]:
+    """The files already in ``out`` that a report would replace or remove (its index pages and
+    every file of its name patterns), for a caller to check before drawing."""
+    if not out.is_dir():
+        return []
+    found = [out / name for name in INDEX_FILES if os.path.lexists(out / name)]
+    return found + sorted({path for pattern in FILE_PATTERNS for path in out.glob(pattern)})
+
+
+def _remove_stale(out: Path) -> None:
+    for pattern in FILE_PATTERNS:
+        for stale in out.glob(pattern):
+            if not stat.S_ISREG(os.lstat(stale).st_mode):
+                raise OSError(f"{stale}: not a regular file; refusing to remove it")
+            stale.unlink()
+
+
+def write_data(chart: Chart, out: Path) -> None:
+    """The chart's data as ``<figure>.csv`` beside it."""
+    if chart.table:
+        with atomic_output(out / chart.data_file, "w") as handle:
+            csv.writer(handle, lineterminator="\n").writerows(chart.table)
 
 
 def draw_report(source: Path, out: Path) -> Path:
@@ -48,9 +91,7 @@ def draw_report(source: Path, out: Path) -> Path:
         raise ResultError(f"{source}: no result files (expected kvoffload run results, *.json at any depth, "
                           f"or asv results under {source / 'asv'}/<machine>/)")
     out.mkdir(parents=True, exist_ok=True)
-    for pattern in FILE_PATTERNS:
-        for stale in out.glob(pattern):
-            stale.unlink()
+    _remove_stale(out)
 
     page = Page(source=source, runs=runs, ignored=ignored)
     if runs:
@@ -65,15 +106,18 @@ def draw_report(source: Path, out: Path) -> Path:
         page.notes.append("fix ablation, capacity and store delays: no run results (kvoffload bench writes them)")
     if points:
         param_names = asv_param_names(read_asv_suite(source / "asv"))
-        page.charts += draw_asv_history(points, units, out, param_names)
+        page.charts += draw_asv_history(points, units, out, param_names, read_main_line(source / "asv"),
+                                        read_changes())
     else:
         page.notes.append(f"asv history: no asv results under {source / 'asv'} "
                           "(asv run --set-commit-hash ... writes them)")
 
+    for chart in page.charts:
+        write_data(chart, out)
     index = out / "index.html"
     write_html(page, index)
     write_markdown(page, out / "index.md")
     return index
 
 
-__all__ = ["draw_report"]
+__all__ = ["draw_report", "report_outputs"]

@@ -18,14 +18,34 @@ from matplotlib.ticker import MaxNLocator
 
 from kvoffload.metrics import GLOSSARY
 from kvoffload.report.sources import RunFile
+from kvoffload.results import atomic_output
 
 DEFINITIONS = {name: definition for name, _, definition in GLOSSARY}
 ABLATION_METRICS = ("last_block_hit_rate", "poisoned_loads", "lifecycle_violations", "offload_hit_rate")
 CAPACITY_METRICS = ("offload_hit_rate", "last_block_hit_rate")
 DELAY_METRICS = ("store_submit_delay_steps", "store_visible_delay_steps")
-FILE_PATTERNS = ("ablation-*.png", "capacity-*.png", "store-delays-*.png", "asv-*.png")
+FILE_PATTERNS = ("ablation-*.png", "capacity-*.png", "store-delays-*.png", "asv-*.png",
+                 "ablation-*.csv", "capacity-*.csv", "store-delays-*.csv", "asv-*.csv")
+
+# The report's sections: the questions a reader brings, in the page's order.
+REGRESSION = "Did this commit regress?"
+FIX_VALUE = "What does each fix buy?"
+RELEASE_LOSS = "What did each release lose?"
+SECTIONS = (REGRESSION, FIX_VALUE, RELEASE_LOSS)
 
 REFERENCE_COLOR, FIX_OFF_COLOR, PRESET_COLOR, OTHER_COLOR = "#2a9d55", "#e07b39", "#3b6fb6", "#888888"
+
+
+@dataclass(frozen=True)
+class HoverBox:
+    """A region of a figure, in percent of its width and height from the top left, and the text
+    the HTML page shows when the pointer rests on it (a commit's id, date and subject)."""
+
+    left: float
+    top: float
+    width: float
+    height: float
+    title: str
 
 
 @dataclass(frozen=True)
@@ -37,6 +57,19 @@ class Chart:
     filename: str
     caption: str
     provenance: tuple[tuple[str, ...], ...] = ()  # a header row, then one row per source of its points
+    table: tuple[tuple[str, ...], ...] = ()  # the data drawn: a header row, then one row per value (CSV)
+    hover: tuple[HoverBox, ...] = ()
+
+    @property
+    def data_file(self) -> str:
+        """The CSV of ``table``, beside the figure."""
+        return Path(self.filename).with_suffix(".csv").name
+
+
+def save_figure(fig: Figure, path: Path, dpi: int = 110) -> None:
+    """The PNG written whole or not at all (an interrupt leaves no truncated image)."""
+    with atomic_output(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=dpi)
 
 
 def run_provenance(runs: Sequence[RunFile]) -> tuple[tuple[str, ...], ...]:
@@ -113,7 +146,7 @@ def _footer(fig: Figure, runs: Sequence[RunFile], varied: tuple[str, ...] = ()) 
 
 
 def _save(fig: Figure, out: Path, filename: str) -> str:
-    fig.savefig(out / filename, dpi=110)
+    save_figure(fig, out / filename)
     return filename
 
 
@@ -169,7 +202,7 @@ def draw_ablation(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
         filename = _save(fig, out, f"ablation-{slug(workload)}.png")
         caption = "; ".join(f"{m}: {DEFINITIONS[m]}" for m in ABLATION_METRICS)
-        charts.append(Chart("Fix ablation", f"{workload}: reference vs fixes off vs presets", filename, caption,
+        charts.append(Chart(FIX_VALUE, f"{workload}: reference vs fixes off vs presets", filename, caption,
                             run_provenance(chosen)))
     return charts
 
@@ -229,7 +262,7 @@ def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         _footer(fig, [run for points in series.values() for run in points], varied=("cpu_chunks",))
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
         filename = _save(fig, out, f"capacity-{slug(workload)}.png")
-        charts.append(Chart("Hit rate against CPU capacity", workload, filename,
+        charts.append(Chart(RELEASE_LOSS, f"hit rate against CPU capacity: {workload}", filename,
                             "runs that differ only in config.cpu_chunks; "
                             + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in CAPACITY_METRICS),
                             run_provenance([run for points in series.values() for run in points])))
@@ -253,7 +286,7 @@ def draw_store_delays(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         filename = _save(fig, out, f"store-delays-{slug(workload)}.png")
         kept = ("the whole distribution of each run (share of stored chunks with a delay of at most x steps)" if full
                 else "p50 and p99 of each run (these result files keep the percentiles only)")
-        charts.append(Chart("Store delays", workload, filename,
+        charts.append(Chart(RELEASE_LOSS, f"store delays: {workload}", filename,
                             f"{kept}. store_submit_delay_steps: {DEFINITIONS['store_submit_delay_steps_p50']}; "
                             f"store_visible_delay_steps: {DEFINITIONS['store_visible_delay_steps_p50']}",
                             run_provenance(chosen)))

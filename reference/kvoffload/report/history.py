@@ -1,26 +1,44 @@
-"""(d) asv history: every tracked benchmark across commits, every machine in the same panel.
+"""(d) asv history: every tracked benchmark across main's commits, every machine in the same panel.
 
 One figure per benchmark class (``bench_workloads.TrackMultiTurn``), one panel per benchmark
-(``track_last_block_miss_rate``), one line per connector (or parameter set) and machine. The
-reference is drawn last and thicker, so a reference regression is never hidden under a preset's
-line. Colours: one hue per connector, a lighter shade and another line style per further machine;
-the legend sits outside the panels, to the right. Values are shown in human units (bytes as MiB,
-seconds as ms or µs) without an axis offset. Each figure lists the provenance of its points:
-machine, commit, commit date, environment and asv result file.
+(``track_last_block_miss_rate``), one line per connector (or parameter set) and machine.
+
+- x axis: main's first-parent line (``asv/first-parent.tsv``, written by ``benchmarks/record``),
+  oldest left, one slot per commit: a commit without a result is a gap (the line breaks there,
+  a dotted line bridges it, and a grey tick on the axis marks it); the two ends are labelled
+  with their commit ids and dates; in the HTML page each commit's slot names the commit on hover.
+  Without that file: the recorded commits in commit-date order (no gaps can be seen).
+  Results of commits off main's first-parent line are left out and counted in the caption.
+- spread: where asv kept statistics of repeated samples, a bar from the lower to the upper
+  quartile at each point.
+- intended changes (``changes.csv``): a dashed vertical line, numbered, on the panels of the
+  tracks they changed; the caption gives each one's commit and reason.
+- tracks that were 0 on every recorded commit, connector and machine are listed once in the
+  caption instead of being drawn as flat lines.
+
+The reference is drawn last and thicker, so a reference regression is never hidden under a
+preset's line. Colours: one hue per connector, a lighter shade and another line style per further
+machine; the legend sits outside the panels, to the right. Values are shown in human units
+(bytes as MiB, seconds as ms or µs) without an axis offset. Each figure lists the provenance of
+its points: machine, commit, commit date, environment and asv result file.
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from kvoffload.report.figures import REFERENCE_COLOR, Chart, label_order, slug
-from kvoffload.report.sources import AsvPoint
+from kvoffload.report.changes import Change
+from kvoffload.report.figures import REFERENCE_COLOR, REGRESSION, Chart, HoverBox, label_order, save_figure, slug
+from kvoffload.report.sources import AsvPoint, MainCommit
 
 _TAB20 = colormaps["tab20"].colors
 # tab20 pairs (dark, light): green for the reference (the ablation's colour family), then
@@ -28,7 +46,11 @@ _TAB20 = colormaps["tab20"].colors
 _HUES = (2, 0, 4, 5, 9, 6, 8, 7, 1, 3)  # pair indices; pair 2 (green) is the reference's
 _LINESTYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D")
-PANEL_COLUMNS = 4
+PANEL_COLUMNS = 3
+PANEL_SIZE = (5.0, 3.3)  # inches per panel: readable at the page's width
+CHANGE_COLOR = "#7b3294"
+GAP_COLOR = "#bbbbbb"
+DPI = 100
 
 
 def human_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
@@ -54,35 +76,78 @@ def series_style(connector_index: int, machine_index: int, is_reference: bool) -
             "linewidth": 2.4 if is_reference else 1.3, "zorder": 4 if is_reference else 2}
 
 
+@dataclass(frozen=True)
+class Axis:
+    """The x axis of every history figure: one slot per commit, oldest left."""
+
+    commits: tuple[MainCommit, ...]
+    first_parent: bool  # True: main's first-parent line (gaps visible); False: recorded commits by date
+
+    @classmethod
+    def build(cls, points: Sequence[AsvPoint], main_line: Sequence[MainCommit]) -> Axis:
+        if main_line:
+            return cls(tuple(main_line), True)
+        seen = sorted({(p.date, p.commit) for p in points})
+        return cls(tuple(MainCommit(commit, _iso(date), "") for date, commit in seen), False)
+
+    def position(self) -> dict[str, int]:
+        return {c.commit: i for i, c in enumerate(self.commits)}
+
+    def find(self, prefix: str) -> int | None:
+        return next((i for i, c in enumerate(self.commits) if c.commit.startswith(prefix)), None)
+
+
+def always_zero(points: Sequence[AsvPoint]) -> list[str]:
+    """Benchmarks whose every value (each commit, parameter set and machine) is 0."""
+    values: dict[str, set[float]] = defaultdict(set)
+    for p in points:
+        values[p.benchmark].add(p.value)
+    return sorted(name for name, seen in values.items() if seen == {0.0})
+
+
 def draw_asv_history(points: Sequence[AsvPoint], units: dict[str, str], out: Path,
-                     param_names: dict[str, list[str]] | None = None) -> list[Chart]:
+                     param_names: dict[str, list[str]] | None = None, main_line: Sequence[MainCommit] = (),
+                     changes: Sequence[Change] = ()) -> list[Chart]:
+    axis = Axis.build(points, main_line)
+    on_line = axis.position()
+    off_line = {p.commit for p in points if p.commit not in on_line}
     by_owner: dict[str, list[AsvPoint]] = defaultdict(list)
     for point in points:
-        by_owner[point.benchmark.rsplit(".", 1)[0]].append(point)
-    return [_draw_owner(owner, group, units, out, param_names or {}) for owner, group in sorted(by_owner.items())]
+        if point.commit in on_line:
+            by_owner[point.benchmark.rsplit(".", 1)[0]].append(point)
+    return [_draw_owner(owner, group, units, out, param_names or {}, axis, changes, len(off_line))
+            for owner, group in sorted(by_owner.items())]
 
 
 def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: Path,
-                param_names: dict[str, list[str]]) -> Chart:
-    commits = sorted({(p.date, p.commit) for p in group})
-    position = {commit: i for i, (_, commit) in enumerate(commits)}
-    names = sorted({p.benchmark for p in group})
+                param_names: dict[str, list[str]], axis: Axis, changes: Sequence[Change], off_line: int) -> Chart:
+    position = axis.position()
+    zero = always_zero(group)
+    names = sorted({p.benchmark for p in group} - set(zero))
+    recorded = {p.commit for p in group}
+    if not names:  # every track of the class stayed 0: one line says so, no empty panels
+        fig = Figure(figsize=(8, 1.2), dpi=DPI)
+        fig.text(0.02, 0.5, f"asv history: {owner}: every benchmark was 0 on every recorded commit", fontsize=11)
+        filename = f"asv-{slug(owner)}.png"
+        save_figure(fig, out / filename, dpi=DPI)
+        return Chart(REGRESSION, owner, filename, _caption(names, zero, axis, recorded, [], {}, off_line),
+                     provenance=_provenance(group), table=_table(group, units))
     machines = sorted({p.machine for p in group})
     envs = sorted({p.env for p in group})
     param_sets = _ordered_params({p.params for p in group})
-    columns = min(PANEL_COLUMNS, len(names))
-    rows = -(-len(names) // columns)
-    width = max(9.0, 3.9 * columns + 2.6)  # + room for the legend on the right
-    fig = Figure(figsize=(width, 3.0 * rows + 1.2), layout="constrained")
+    columns = max(1, min(PANEL_COLUMNS, len(names)))
+    rows = max(1, -(-len(names) // columns))
+    fig = Figure(figsize=(PANEL_SIZE[0] * columns + 2.6, PANEL_SIZE[1] * rows + 1.3), dpi=DPI, layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     legend: dict[str, object] = {}
+    numbers = _numbered(changes, axis)
+    marked: dict[Change, int] = {}  # the changes drawn on this figure, with their numbers
     for ax, name in zip(axes, names):
         lines: dict[tuple, list[AsvPoint]] = defaultdict(list)
         for p in group:
             if p.benchmark == name:
                 lines[(p.machine, p.env, p.params)].append(p)
-        unit = units.get(name, "")
-        factor, shown_unit = human_unit(unit, [p.value for line in lines.values() for p in line])
+        factor, shown_unit = human_unit(units.get(name, ""), [p.value for line in lines.values() for p in line])
         for (machine, env, params), line in sorted(lines.items(), key=lambda item: _is_reference(item[0][2])):
             line.sort(key=lambda p: position[p.commit])
             label = ", ".join(params) or name.rsplit(".", 1)[1]
@@ -91,32 +156,126 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
             if len(envs) > 1:
                 label += f" [{env}]"
             style = series_style(param_sets.index(params), machines.index(machine), _is_reference(params))
-            handle, = ax.plot([position[p.commit] for p in line], [p.value * factor for p in line],
-                              label=label, **style)
+            handle = _plot_line(ax, [position[p.commit] for p in line], line, factor, style, label)
             legend.setdefault(label, handle)
         metric = name.rsplit(".", 1)[1].removeprefix("track_")
         ax.set_title(f"{metric}\n({shown_unit}, lower is better)", fontsize=9, wrap=True)
         values = [p.value * factor for line in lines.values() for p in line]
         if values and min(values) >= 0:  # counts and rates start at 0; an all-zero panel is not +-0.04
             ax.set_ylim(bottom=0, top=None if max(values) > 0 else 1)
-        ax.set_xticks(range(len(commits)), [c[:8] for _, c in commits], rotation=60, ha="right", fontsize=7)
-        ax.set_xlim(-0.5, len(commits) - 0.5)
-        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
-        ax.tick_params(axis="y", labelsize=8)
-        ax.grid(alpha=0.3)
+        for change, number in numbers.items():
+            at = axis.find(change.commit)
+            if change.applies_to(metric):
+                marked[change] = number
+                ax.axvline(at - 0.5, color=CHANGE_COLOR, linestyle="--", linewidth=1.0, zorder=1)
+                ax.annotate(f"#{number}", (at - 0.5, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -9),
+                            textcoords="offset points", fontsize=7, color=CHANGE_COLOR)
+        _commit_axis(ax, axis, recorded)
     for ax in axes[len(names):]:
         ax.set_visible(False)
-    ordered = sorted(legend, key=lambda label: (not label.startswith("reference"), label_key(label)))
-    names_of_params = next((param_names[n] for n in names if param_names.get(n)), ["parameters"])
-    fig.legend([legend[label] for label in ordered], ordered, loc="outside right upper", fontsize=8,
-               title=", ".join(names_of_params) + (" @ machine" if len(machines) > 1 else ""), title_fontsize=8)
+    if legend:
+        ordered = sorted(legend, key=lambda label: (not label.startswith("reference"), label_key(label)))
+        names_of_params = next((param_names[n] for n in names if param_names.get(n)), ["parameters"])
+        fig.legend([legend[label] for label in ordered], ordered, loc="outside right upper", fontsize=8,
+                   title=", ".join(names_of_params) + (" @ machine" if len(machines) > 1 else ""),
+                   title_fontsize=8)
     fig.suptitle(f"asv history: {owner} ({', '.join(machines)})", fontsize=12, x=0.02, ha="left")
     filename = f"asv-{slug(owner)}.png"
-    fig.savefig(out / filename, dpi=100)
-    caption = (f"{len(names)} benchmarks across {len(commits)} commits (x axis: commits by commit date, "
-               f"oldest left) on {len(machines)} machine(s): {', '.join(machines)}. asv tracks every value "
-               "lower-is-better; a missing point is a commit where the benchmark failed or was not recorded.")
-    return Chart("asv history", f"{owner}", filename, caption, provenance=_provenance(group))
+    hover = _hover_boxes(fig, axes[:len(names)], axis, recorded)
+    save_figure(fig, out / filename, dpi=DPI)
+    return Chart(REGRESSION, owner, filename, _caption(names, zero, axis, recorded, machines, marked, off_line),
+                 provenance=_provenance(group), table=_table(group, units), hover=hover)
+
+
+def _numbered(changes: Sequence[Change], axis: Axis) -> dict[Change, int]:
+    """The changes whose commit is on the axis, numbered from the oldest: the same number in
+    every figure."""
+    placed = sorted((at, i, change) for i, change in enumerate(changes) if (at := axis.find(change.commit)) is not None)
+    return {change: n for n, (_, _, change) in enumerate(placed, 1)}
+
+
+def _plot_line(ax, xs: list[int], line: list[AsvPoint], factor: float, style: dict, label: str):
+    """Solid between neighbouring commits, dotted across a gap, a quartile bar where asv kept one."""
+    ys = [p.value * factor for p in line]
+    broken_x, broken_y = [], []
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        if i and x != xs[i - 1] + 1:
+            broken_x.append(x - 0.5)
+            broken_y.append(math.nan)
+        broken_x.append(x)
+        broken_y.append(y)
+    ax.plot(xs, ys, color=style["color"], linestyle=":", linewidth=0.8, alpha=0.6, zorder=style["zorder"] - 1)
+    handle, = ax.plot(broken_x, broken_y, label=label, **style)
+    spread = [(x, p.spread) for x, p in zip(xs, line) if p.spread is not None]
+    if spread:
+        ax.vlines([x for x, _ in spread], [lo * factor for _, (lo, _) in spread],
+                  [hi * factor for _, (_, hi) in spread], color=style["color"], linewidth=3.0, alpha=0.35,
+                  zorder=style["zorder"] - 1)
+    return handle
+
+
+def _commit_axis(ax, axis: Axis, recorded: set[str]) -> None:
+    """Commit slots: the two ends labelled (id and date), a grey tick under each unrecorded commit."""
+    last = len(axis.commits) - 1
+    ends = [0, last] if last > 0 else [0]
+    ax.set_xticks(ends, [f"{axis.commits[i].commit[:8]}\n{axis.commits[i].date[:10]}" for i in ends], fontsize=7)
+    if last > 0:
+        ax.get_xticklabels()[0].set_horizontalalignment("left")
+        ax.get_xticklabels()[-1].set_horizontalalignment("right")
+    ax.set_xlim(-0.5, last + 0.5)
+    missing = [i for i, c in enumerate(axis.commits) if c.commit not in recorded]
+    if missing:
+        ax.plot(missing, [0.0] * len(missing), linestyle="none", marker="|", markersize=6, color=GAP_COLOR,
+                transform=ax.get_xaxis_transform(), clip_on=False, zorder=1)
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    ax.tick_params(axis="y", labelsize=8)
+    ax.grid(alpha=0.3)
+
+
+def _hover_boxes(fig: Figure, axes, axis: Axis, recorded: set[str]) -> tuple[HoverBox, ...]:
+    """One box per commit slot and panel column, in percent of the image: the page puts a tooltip
+    (the commit's id, date and subject) on each, so a point names its commit on hover."""
+    FigureCanvasAgg(fig).draw()  # lays out the panels as savefig will
+    width, height = fig.bbox.width, fig.bbox.height
+    boxes, columns_done = [], set()
+    for ax in axes:
+        box = ax.get_window_extent()
+        column = round(box.x0)
+        if column in columns_done:  # panels of a column share their x positions: one box spans them
+            continue
+        columns_done.add(column)
+        top = max(a.get_window_extent().y1 for a in axes if round(a.get_window_extent().x0) == column)
+        bottom = min(a.get_window_extent().y0 for a in axes if round(a.get_window_extent().x0) == column)
+        for i, commit in enumerate(axis.commits):
+            left = ax.transData.transform((i - 0.5, 0))[0]
+            right = ax.transData.transform((i + 0.5, 0))[0]
+            note = "" if commit.commit in recorded else " (not recorded)"
+            title = f"{commit.commit[:12]} {commit.date[:16].replace('T', ' ')} {commit.subject[:100]}".strip() + note
+            boxes.append(HoverBox(100 * left / width, 100 * (height - top) / height, 100 * (right - left) / width,
+                                  100 * (top - bottom) / height, title))
+    return tuple(boxes)
+
+
+def _caption(names, zero, axis: Axis, recorded, machines, marked: dict[Change, int], off_line: int) -> str:
+    if axis.first_parent:
+        parts = [f"{len(names)} benchmarks over main's first-parent line: {len(axis.commits)} commits that carry "
+                 f"the suite, oldest left; {len(recorded & {c.commit for c in axis.commits})} have results "
+                 f"(a grey tick under the axis marks each commit without one, a dotted line bridges it)"]
+    else:
+        parts = [f"{len(names)} benchmarks across {len(axis.commits)} recorded commits in commit-date order "
+                 "(no first-parent list: commits without results are not shown)"]
+    parts.append(f"machines: {', '.join(machines)}; every value lower-is-better; a bar at a point is asv's "
+                 "interquartile range of that commit's repeated samples")
+    if marked:
+        parts.append("intended changes (dashed lines): " + "; ".join(
+            f"#{n} {change.commit} ({change.metric}): {change.reason}"
+            for change, n in sorted(marked.items(), key=lambda item: item[1])))
+    if zero:
+        parts.append("0 on every recorded commit, connector and machine, so not drawn: "
+                     + ", ".join(name.rsplit(".", 1)[1].removeprefix("track_") for name in zero))
+    if off_line:
+        parts.append(f"results of {off_line} commit(s) off main's first-parent line are left out")
+    return ". ".join(parts) + "."
 
 
 def label_key(label: str):
@@ -132,13 +291,27 @@ def _ordered_params(param_sets) -> list[tuple[str, ...]]:
     return sorted(param_sets, key=lambda params: (0, label_order(params)) if params else (1, []))
 
 
+def _iso(date_ms: int) -> str:
+    return datetime.datetime.fromtimestamp(date_ms / 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M")
+
+
+def _table(group: list[AsvPoint], units: dict[str, str]) -> tuple[tuple[str, ...], ...]:
+    """The chart's data, one row per point (the CSV beside the figure)."""
+    header = ("benchmark", "parameters", "machine", "commit", "commit date (UTC)", "value", "unit", "q25", "q75",
+              "samples")
+    rows = sorted((p.benchmark, " ".join(p.params), p.machine, p.commit, _iso(p.date), repr(p.value),
+                   units.get(p.benchmark, ""), "" if p.spread is None else repr(p.spread[0]),
+                   "" if p.spread is None else repr(p.spread[1]), str(p.samples)) for p in group)
+    return (header, *rows)
+
+
 def _provenance(group: list[AsvPoint]) -> tuple[tuple[str, ...], ...]:
     rows: dict[tuple[str, str], tuple[str, ...]] = {}
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for p in group:
         counts[(p.machine, p.commit)] += 1
-        date = datetime.datetime.fromtimestamp(p.date / 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-        rows[(p.machine, p.commit)] = (p.machine, p.commit[:12], date, p.env, p.result_file)
+        rows[(p.machine, p.commit)] = (p.machine, p.commit[:12], _iso(p.date).replace("T", " "), p.env,
+                                       p.result_file)
     header = ("machine", "commit", "commit date (UTC)", "environment", "asv result file", "points")
     body = sorted((row + (str(counts[key]),) for key, row in rows.items()), key=lambda r: (r[0], r[2]))
     return (header, *body)

@@ -1,4 +1,11 @@
-"""The index pages of a report: ``index.html`` (figures inline) and ``index.md`` (same content)."""
+"""The index pages of a report: ``index.html`` (figures inline) and ``index.md`` (same content).
+
+A table of contents first, then one section per question a reader brings (``figures.SECTIONS``:
+did this commit regress? what does each fix buy? what did each release lose?), each chart with
+its caption, a link to its data (the CSV beside it) and the provenance of its points. In the
+HTML page, a history chart names the commit under the pointer (a tooltip per commit slot).
+Both pages are written whole or not at all.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,20 @@ from pathlib import Path
 from typing import Sequence
 
 from kvoffload.metrics import format_value
-from kvoffload.report.figures import Chart, label_order
+from kvoffload.report.figures import SECTIONS, Chart, label_order, slug
 from kvoffload.report.sources import RunFile
+from kvoffload.results import atomic_output
+
+# What each section answers, under its heading.
+SECTION_INTROS = {
+    SECTIONS[0]: "The asv history of every tracked number along main, newest right: a step up at the newest "
+                 "commit is a regression, unless a dashed line marks an intended change there.",
+    SECTIONS[1]: "The reference with every fix, the reference with each fix flag off in turn, and each vLLM "
+                 "release preset, on the same workload and configuration: what a fix's bar loses when it is "
+                 "off is what the fix buys.",
+    SECTIONS[2]: "The release presets against the reference: store delays and hit rate against CPU capacity "
+                 "(the presets' bars of the ablation charts are under the previous question).",
+}
 
 SUMMARY_METRICS = ("last_block_hit_rate", "offload_hit_rate", "poisoned_loads", "lifecycle_violations",
                    "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled")
@@ -24,10 +43,12 @@ class Page:
     runs: Sequence[RunFile] = ()
 
     def sections(self) -> dict[str, list[Chart]]:
+        """Charts by section, in the page's order of questions (others after them)."""
         found: dict[str, list[Chart]] = {}
         for chart in self.charts:
             found.setdefault(chart.section, []).append(chart)
-        return found
+        order = {section: i for i, section in enumerate(SECTIONS)}
+        return dict(sorted(found.items(), key=lambda item: order.get(item[0], len(order))))
 
     def summary_rows(self) -> list[list[str]]:
         rows = []
@@ -47,21 +68,47 @@ def _chunks(run: RunFile) -> int:
 HEADERS = ["workload", "connector", "cpu_chunks", *SUMMARY_METRICS]
 
 
+def _anchor(text: str) -> str:
+    return slug(text).lower()
+
+
+STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0 1em}"
+         "img{width:100%;height:auto;border:1px solid #ddd;display:block}"
+         ".chart{position:relative}.chart a.slot{position:absolute;display:block}"
+         ".chart a.slot:hover{background:rgba(123,50,148,0.12)}"
+         "table{border-collapse:collapse;font-size:0.85em}"
+         "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}"
+         "figure{margin:1em 0 2em 0}figcaption{color:#444;font-size:0.9em}"
+         "details{margin-bottom:2em;font-size:0.85em}nav li{margin:2px 0}")
+
+
 def write_html(page: Page, path: Path) -> None:
     e = html.escape
+    sections = page.sections()
     parts = ["<!doctype html>", "<html><head><meta charset='utf-8'><title>kvoffload-bench report</title>",
-             "<style>body{font-family:sans-serif;max-width:1400px;margin:2em auto;padding:0 1em}"
-             "img{max-width:100%;border:1px solid #ddd}table{border-collapse:collapse;font-size:0.85em}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}"
-             "figcaption{color:#444;font-size:0.9em}details{margin-bottom:2em;font-size:0.85em}</style></head><body>",
+             f"<style>{STYLE}</style></head><body>",
              "<h1>kvoffload-bench report</h1>",
-             f"<p>Drawn from result files under <code>{e(str(page.source))}</code>: {len(page.runs)} run results.</p>"]
-    for section, charts in page.sections().items():
-        parts.append(f"<h2>{e(section)}</h2>")
+             f"<p>Drawn from result files under <code>{e(str(page.source))}</code>: {len(page.runs)} run results.</p>",
+             "<nav><h2>Contents</h2><ol>"]
+    for section, charts in sections.items():
+        parts.append(f"<li><a href='#{_anchor(section)}'>{e(section)}</a><ul>"
+                     + "".join(f"<li><a href='#{_anchor(c.filename)}'>{e(c.title)}</a></li>" for c in charts)
+                     + "</ul></li>")
+    extras = [("Not drawn", page.notes), ("Runs", page.runs), ("Ignored files", page.ignored)]
+    parts += [f"<li><a href='#{_anchor(name)}'>{name}</a></li>" for name, present in extras if present]
+    parts.append("</ol></nav>")
+    for section, charts in sections.items():
+        parts.append(f"<h2 id='{_anchor(section)}'>{e(section)}</h2>")
+        if section in SECTION_INTROS:
+            parts.append(f"<p>{e(SECTION_INTROS[section])}</p>")
         for chart in charts:
-            parts.append(f"<figure><h3>{e(chart.title)}</h3><a href='{e(chart.filename)}'>"
-                         f"<img src='{e(chart.filename)}' alt='{e(chart.title)}'></a>"
-                         f"<figcaption>{e(chart.caption)}</figcaption></figure>")
+            slots = "".join(f"<a class='slot' title='{e(box.title)}' style='left:{box.left:.3f}%;top:{box.top:.3f}%;"
+                            f"width:{box.width:.3f}%;height:{box.height:.3f}%'></a>" for box in chart.hover)
+            data = f" <a href='{e(chart.data_file)}'>data (CSV)</a>" if chart.table else ""
+            parts.append(f"<figure id='{_anchor(chart.filename)}'><h3>{e(chart.title)}</h3>"
+                         f"<div class='chart'><img src='{e(chart.filename)}' alt='{e(chart.title)}'>{slots}</div>"
+                         f"<figcaption>{e(chart.caption)} <a href='{e(chart.filename)}'>image</a>{data}"
+                         "</figcaption></figure>")
             if chart.provenance:
                 header, *rows = chart.provenance
                 parts.append(f"<details><summary>Provenance of the points ({len(rows)} sources)</summary><table><tr>"
@@ -69,25 +116,37 @@ def write_html(page: Page, path: Path) -> None:
                              + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
                              + "</table></details>")
     if page.notes:
-        parts.append("<h2>Not drawn</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in page.notes) + "</ul>")
+        parts.append("<h2 id='not_drawn'>Not drawn</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in page.notes)
+                     + "</ul>")
     if page.runs:
-        parts.append("<h2>Runs</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEADERS) + "</tr>")
+        parts.append("<h2 id='runs'>Runs</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEADERS) + "</tr>")
         for row in page.summary_rows():
             parts.append("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>")
         parts.append("</table>")
     if page.ignored:
-        parts.append("<h2>Ignored files</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in page.ignored) + "</ul>")
+        parts.append("<h2 id='ignored_files'>Ignored files</h2><ul>"
+                     + "".join(f"<li>{e(n)}</li>" for n in page.ignored) + "</ul>")
     parts.append("</body></html>")
-    path.write_text("\n".join(parts) + "\n")
+    with atomic_output(path) as handle:
+        handle.write("\n".join(parts) + "\n")
 
 
 def write_markdown(page: Page, path: Path) -> None:
+    sections = page.sections()
     lines = ["# kvoffload-bench report", "",
-             f"Drawn from result files under `{page.source}`: {len(page.runs)} run results.", ""]
-    for section, charts in page.sections().items():
-        lines += [f"## {section}", ""]
+             f"Drawn from result files under `{page.source}`: {len(page.runs)} run results.", "", "## Contents", ""]
+    for section, charts in sections.items():
+        lines.append(f"- [{section}](#{_anchor(section)})")
+        lines += [f"  - [{chart.title}](#{_anchor(chart.filename)})" for chart in charts]
+    lines.append("")
+    for section, charts in sections.items():
+        lines += [f'<h2 id="{_anchor(section)}">{section}</h2>', ""]
+        if section in SECTION_INTROS:
+            lines += [SECTION_INTROS[section], ""]
         for chart in charts:
-            lines += [f"### {chart.title}", "", f"![{chart.title}]({chart.filename})", "", chart.caption, ""]
+            data = f" Data: [{chart.data_file}]({chart.data_file})." if chart.table else ""
+            lines += [f'<h3 id="{_anchor(chart.filename)}">{chart.title}</h3>', "",
+                      f"![{chart.title}]({chart.filename})", "", chart.caption + data, ""]
             if chart.provenance:
                 header, *rows = chart.provenance
                 lines += ["<details><summary>Provenance of the points</summary>", "",
@@ -100,4 +159,5 @@ def write_markdown(page: Page, path: Path) -> None:
         lines += ["| " + " | ".join(row) + " |" for row in page.summary_rows()] + [""]
     if page.ignored:
         lines += ["## Ignored files", ""] + [f"- {item}" for item in page.ignored] + [""]
-    path.write_text("\n".join(lines))
+    with atomic_output(path) as handle:
+        handle.write("\n".join(lines))

@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvoffload import long_numbers
 from kvoffload.results import SCHEMA, ResultError, read_result
+
+_LAST_DATE_MS = 253402300800000  # 10000-01-01: the end of what a datetime holds
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,17 @@ class AsvPoint:
     value: float
     result_file: str = ""  # the asv result file the value was read from (provenance)
     version: str | None = None  # the benchmark's version when it was recorded
+    spread: tuple[float, float] | None = None  # asv's quartiles of repeated samples (q_25, q_75), if any
+    samples: int = 1  # how many samples asv kept statistics of (stats_repeat)
+
+
+@dataclass(frozen=True)
+class MainCommit:
+    """One commit of main's first-parent line that carries the suite (``asv/first-parent.tsv``)."""
+
+    commit: str  # full id
+    date: str  # commit date, ISO 8601
+    subject: str
 
 
 def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
@@ -105,7 +119,9 @@ def _claims_run_schema(path: Path) -> bool:
     """True for JSON objects whose ``schema`` is the run schema (other JSON is not ours)."""
     try:
         data = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
+    except ValueError as error:  # a number too long to read: read_result names it and the file is listed
+        return long_numbers.is_too_long(error) and not isinstance(error, json.JSONDecodeError)
+    except (OSError, RecursionError):  # RecursionError: JSON nested too deeply
         return False
     return isinstance(data, dict) and data.get("schema") == SCHEMA
 
@@ -166,6 +182,11 @@ def read_json(path: Path, what: str) -> Any:
         raise ResultError(f"{path}: not JSON (line {error.lineno}: {error.msg}); expected {what}") from None
     except RecursionError:
         raise ResultError(f"{path}: JSON nested too deeply; expected {what}") from None
+    except ValueError as error:  # not a JSONDecodeError: a number too long to convert
+        if not long_numbers.is_too_long(error):
+            raise
+        raise ResultError(f"{path}: expected {long_numbers.EXPECTED} ({what}), got "
+                          f"{long_numbers.describe(raw)}") from None
 
 
 def read_asv_suite(asv_dir: Path) -> dict[str, Any]:
@@ -197,9 +218,11 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         columns = data["result_columns"]
         results = data["results"]
         commit, env = str(data["commit_hash"]), str(data.get("env_name", ""))
-        date = int(data.get("date") or 0)
+        date = _asv_date(data.get("date"))
         result_col, params_col = columns.index("result"), columns.index("params")
         version_col = columns.index("version") if "version" in columns else None
+        q25_col, q75_col, repeat_col = (columns.index(c) if c in columns else None
+                                        for c in ("stats_q_25", "stats_q_75", "stats_repeat"))
         rows = list(results.items())
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ResultError(f"{path}: not an asv result file ({type(error).__name__}: {error})") from None
@@ -211,14 +234,65 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         version = row[version_col] if version_col is not None and len(row) > version_col else None
         if not isinstance(values, list):
             values = [values]
+        q25s, q75s, repeats = (_column(row, col, len(values)) for col in (q25_col, q75_col, repeat_col))
         combos = list(itertools.product(*params)) if params else [()]
-        for combo, value in zip(combos, values):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        for combo, value, q25, q75, repeat in zip(combos, values, q25s, q75s, repeats):
+            if _finite(value):
+                spread = (float(q25), float(q75)) if _finite(q25) and _finite(q75) else None
                 points.append(AsvPoint(machine=machine, env=env, benchmark=benchmark,
                                        params=tuple(_unquote(str(p)) for p in combo), commit=commit,
                                        date=date, value=float(value), result_file=str(path),
-                                       version=None if version is None else str(version)))
+                                       version=None if version is None else str(version), spread=spread,
+                                       samples=int(repeat) if _finite(repeat) and repeat >= 1 else 1))
     return points
+
+
+def _asv_date(value: Any) -> int:
+    """asv's ``date``: the commit date in ms since the epoch (0 when absent); ValueError otherwise,
+    reported as a file of another layout."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < _LAST_DATE_MS:
+        raise ValueError(f"key date: expected ms since the epoch, got {value!r:.40}")
+    return int(value)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _column(row: list, col: int | None, count: int) -> list:
+    """A statistics column of an asv result row, one entry per parameter combination (None if absent)."""
+    values = row[col] if col is not None and len(row) > col else None
+    if not isinstance(values, list) or len(values) != count:
+        return [None] * count
+    return values
+
+
+def read_main_line(asv_dir: Path) -> list[MainCommit]:
+    """``asv_dir``/first-parent.tsv (``benchmarks/record`` writes it): main's first-parent commits
+    that carry the suite, oldest first; [] when absent (the charts then order commits by date)."""
+    path = asv_dir / "first-parent.tsv"
+    if not os.path.lexists(path):
+        return []
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise ResultError(f"{path}: cannot read ({error.strerror}); expected main's first-parent commits") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ResultError(f"{path}: not a regular file; expected main's first-parent commits")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read()
+    finally:
+        os.close(fd)
+    commits = []
+    for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+        fields = line.split("\t", 2)
+        if len(fields) != 3 or not all(c in "0123456789abcdef" for c in fields[0]) or len(fields[0]) < 8:
+            raise ResultError(f"{path}: line {number}: expected 'commit<TAB>date<TAB>subject'")
+        commits.append(MainCommit(*fields))
+    return commits
 
 
 def _unquote(text: str) -> str:

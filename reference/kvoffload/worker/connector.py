@@ -55,7 +55,12 @@ class WorkerConnector:
         self._unsubmitted_stores: list[TransferJob] = []  # the only queue of deferred stores
         self._current_plan: StepPlan | None = None  # from handle_preemptions until get_finished
         self._stores_to_defer: tuple[TransferJob, ...] = ()  # its stores get_finished will queue
-        self._kind_of_submitted: dict[JobId, TransferKind] = {}  # until reported finished
+        self._submitted: dict[JobId, TransferJob] = {}  # until reported finished
+        # GPU blocks of loads reported failed, until the engine takes them (vLLM's worker-side
+        # get_block_ids_with_load_errors, kv_connector/v1/base.py). The worker owns this report:
+        # it knows every load it copied, whatever the scheduler side forgot since (a reset_cache
+        # makes the load's completion stale there, not its blocks any less garbage).
+        self._load_error_blocks: set[BlockId] = set()
         self._stats = WorkerStats()
 
     def handle_preemptions(self, plan: StepPlan) -> None:
@@ -78,7 +83,7 @@ class WorkerConnector:
         self._submit_queued_stores()
         for job in plan.load_jobs:
             self.handler.submit_load(job)
-            self._kind_of_submitted[job.job_id] = TransferKind.LOAD
+            self._submitted[job.job_id] = job
 
     def get_finished(self) -> list[TransferResult]:
         """Queue this step's remaining stores for the next step, then report completed jobs.
@@ -91,15 +96,24 @@ class WorkerConnector:
         self._current_plan, self._stores_to_defer = None, ()
         results = self.handler.get_finished()
         for result in results:
-            kind = self._kind_of_submitted.pop(result.job_id, None)
+            job = self._submitted.pop(result.job_id, None)
+            kind = job.kind if job is not None else None
             stats = self._stats
             if not result.success:
+                if kind is TransferKind.LOAD:
+                    self._load_error_blocks.update(job.gpu_block_ids)
                 self._stats = WorkerStats(stats.stores, stats.loads, stats.failed_jobs + 1)
             elif kind is TransferKind.STORE:
                 self._stats = WorkerStats(stats.stores.plus(result), stats.loads, stats.failed_jobs)
             elif kind is TransferKind.LOAD:
                 self._stats = WorkerStats(stats.stores, stats.loads.plus(result), stats.failed_jobs)
         return results
+
+    def take_block_ids_with_load_errors(self) -> set[BlockId]:
+        """GPU blocks of loads reported failed since the last call (each reported once): the
+        engine recomputes from the first of them (vLLM ``Scheduler._handle_invalid_blocks``)."""
+        blocks, self._load_error_blocks = self._load_error_blocks, set()
+        return blocks
 
     def unsubmitted_store_source_blocks(self) -> frozenset[BlockId]:
         """GPU blocks read by stores queued here and not yet handed to the handler."""
@@ -133,7 +147,7 @@ class WorkerConnector:
         queued, self._unsubmitted_stores = self._unsubmitted_stores, []
         for job in queued:
             self.handler.submit_store(job)
-            self._kind_of_submitted[job.job_id] = TransferKind.STORE
+            self._submitted[job.job_id] = job
             if self._on_store_submitted is not None:
                 self._on_store_submitted(job)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from functools import partial
 from typing import Any, Callable, Sequence
 
+from kvoffload import long_numbers
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.requests import RequestSpec
@@ -217,6 +218,11 @@ def _read_definition(path: Path, *, display: str) -> _Definition:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise WorkloadError(f"{display}: {_toml_problem(exc)}") from None
+    except ValueError as exc:  # not a TOMLDecodeError: an integer too long to convert
+        if not long_numbers.is_too_long(exc):
+            raise
+        raise WorkloadError(f"{display}: expected {long_numbers.EXPECTED}, got {long_numbers.describe(text)}") \
+            from None
     except RecursionError:  # tomllib recurses once per nested array or inline table
         raise WorkloadError(f"{display}: expected a workload definition, got arrays or tables nested too "
                             f"deeply to read") from None

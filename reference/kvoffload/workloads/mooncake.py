@@ -38,6 +38,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, NamedTuple
 
+from kvoffload import long_numbers
 from kvoffload.core.types import TOKEN_TYPECODE
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, json_depth_at_most
@@ -238,6 +239,11 @@ def _parse_line(text: str, *, display: str, number: int) -> TraceLine:
     except json.JSONDecodeError as exc:
         problem = json_problem(exc)
         raise WorkloadError(f"{display}: {where}: expected a JSON object, got invalid JSON ({problem})") from None
+    except ValueError as exc:  # not a JSONDecodeError: a number too long to convert
+        if not long_numbers.is_too_long(exc):
+            raise
+        raise WorkloadError(f"{display}: {where}: expected {long_numbers.EXPECTED}, got "
+                            f"{long_numbers.describe(text, line=False)}") from None
     if not isinstance(record, dict):
         fail(display, where, "a JSON object", record)
     for key in ("timestamp", "input_length", "output_length", "hash_ids"):

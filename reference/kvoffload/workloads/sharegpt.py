@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvoffload import long_numbers
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.workloads.distributions import Distribution, parse_distribution, poisson
 from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, json_depth_at_most
@@ -162,22 +163,30 @@ def _explain_unreadable(path: Path, display: str, exc: Exception) -> WorkloadErr
             return WorkloadError(f"{display}: line {whole.lineno}: expected valid JSON, got invalid JSON "
                                  f"({json_problem(whole)})")
         for number, line in enumerate(text.splitlines(), start=1):  # JSONL: the first bad line
-            error = _json_error(line)
-            if error is not None:
-                return WorkloadError(f"{display}: line {number}: expected one JSON record per line, got "
-                                     f"invalid JSON ({json_problem(error)})")
+            problem = _json_problem(line)
+            if problem is not None:
+                return WorkloadError(f"{display}: line {number}: expected one JSON record per line, got {problem}")
+    except ValueError as whole:  # not a JSONDecodeError: a number too long to convert
+        if not long_numbers.is_too_long(whole):
+            raise
+        return WorkloadError(f"{display}: expected {long_numbers.EXPECTED}, got {long_numbers.describe(text)}")
     detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return WorkloadError(f"{display}: expected a JSON array of {{id, conversations}} records, got "
                          f"something datasets cannot read ({detail})")
 
 
-def _json_error(line: str) -> json.JSONDecodeError | None:
+def _json_problem(line: str) -> str | None:
+    """What is wrong with one JSONL line as JSON, or None."""
     if not line.strip():
         return None
     try:
         json.loads(line)
     except json.JSONDecodeError as error:
-        return error
+        return f"invalid JSON ({json_problem(error)})"
+    except ValueError as error:
+        if not long_numbers.is_too_long(error):
+            raise
+        return long_numbers.describe(line, line=False)
     return None
 
 

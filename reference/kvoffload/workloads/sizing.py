@@ -54,6 +54,12 @@ class Sizing:
                            display: str) -> EngineConfig:
         """Before generation, from the longest request alone: ``auto`` sized, else checked."""
         if self.gpu_auto:
+            # The bound a definition's lengths have (limits.MAX_TOKENS) holds for a trace's too: the
+            # pool grows to fit the longest request, never to a size no definition could ask for.
+            if num_prompt + num_output > MAX_TOKENS:
+                raise WorkloadError(f"{display}: {what}: expected prompt + output of at most {MAX_TOKENS:,} tokens "
+                                    f"(2**26, the longest request gpu_blocks=auto sizes a pool for), got "
+                                    f"{num_prompt:,} + {num_output:,} tokens")
             needed = min_gpu_blocks(num_prompt + num_output, engine)
             return engine.replace(gpu_blocks=max(engine.gpu_blocks, needed))
         check_fit(what, num_prompt, num_output, engine, display)
@@ -89,7 +95,11 @@ def split_sizing(overrides: dict[str, str]) -> tuple[dict[str, str], Sizing]:
     text = rest.get("cpu_chunks", "").strip()
     if text and not text.isdigit():
         if size := _SIZE.fullmatch(text):
-            cpu_bytes = int(float(size.group(1)) * _UNITS[size.group(2).lower()])
+            amount = float(size.group(1)) * _UNITS[size.group(2).lower()]  # inf past 1.8e308
+            if not math.isfinite(amount):
+                raise WorkloadError(f"--set cpu_chunks={text}: expected a size a float holds (at most 1e308 "
+                                    f"bytes), got {size.group(1)} {size.group(2)}")
+            cpu_bytes = int(amount)
         elif share := _SHARE.fullmatch(text):
             cpu_share = float(share.group(1)) / 100
             if not 0 < cpu_share <= 1:
