@@ -112,4 +112,5 @@ class RunRecord:
     prefill_tokens_saved: int = 0
     engine_start_seconds: float | None = None
     oracle: dict | None = None  # the output oracle's report (kvoffload.vllm.outputs), when it ran
+    engine_settings: dict | None = None  # what the real engine ran (geometry, dtype, scheduling)
     trace_events: list[dict] = field(default_factory=list)
