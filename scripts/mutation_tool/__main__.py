@@ -55,7 +55,8 @@ def copy_tree(target: Path, only: str = "") -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        if source.is_file() and not name.startswith("results/") and name.startswith(only):
+        wanted = not name.startswith("results/") or name.startswith("results/gate/")  # the gate's baseline
+        if source.is_file() and wanted and name.startswith(only):
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
 
@@ -317,9 +318,9 @@ def cmd_report(args) -> int:
     from fates import FATES
     meta = json.loads((WORK / "meta.json").read_text())
     done = verdicts()
-    rows = [r for module in TESTS_OF for r in items(module)
-            if r["result"] and r["result"]["worker_outcome"] != "skipped"]
-    pending = [module for module in TESTS_OF for r in items(module) if not r["result"]]
+    every = [r for module in TESTS_OF for r in items(module)]
+    rows = [r for r in every if r["result"] and r["result"]["worker_outcome"] != "skipped"]
+    pending = [r for r in every if not r["result"]]
     table, counts = [], {"selected tests": 0, "main": 0, "gate": 0, "vllm": 0, "new test": 0, "equivalent": 0,
                          "survived": 0, "incompetent": 0}
     for row in rows:
@@ -347,7 +348,7 @@ def cmd_report(args) -> int:
              f"Commit {meta['commit'][:12]}: cosmic-ray generated {meta['generated']} mutants at {meta['sites']} "
              f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
              f"a deterministic sample of {meta['sampled']} ran ({len(pending)} not yet run). "
-             "Regenerate: `scripts/mutation_tool/run` (docs/mutation.md).", "",
+             "Regenerate with the commands in docs/mutation.md.", "",
              "| killed by | mutants |", "|---|---|",
              *(f"| {name} | {counts[name]} |" for name in counts), "",
              f"Score over the whole CI (equivalent mutants left out): {killed} of {scored}"
@@ -359,6 +360,10 @@ def cmd_report(args) -> int:
     for k, line, fate, by, diff in table:
         if fate != "selected tests":
             lines.append(f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |")
+    lines += ["", "## Every mutant run, and what killed it", "",
+              "Tests selected per module: `scripts/mutation_tool/targets.py`.", "",
+              "| mutant | line | fate | by |", "|---|---|---|---|"]
+    lines += [f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |" for k, line, fate, by, _ in table]
     lines += ["", "## Diffs of the survivors", ""]
     for k, line, fate, by, diff in table:
         if fate != "selected tests":
