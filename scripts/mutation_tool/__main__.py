@@ -25,6 +25,7 @@ import ast
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -67,14 +68,15 @@ def env() -> dict[str, str]:
 
 
 def pytest_command(tests: tuple[str, ...]) -> list[str]:
-    return [PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests]
+    return [PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests,
+            *(f"--deselect={test}" for test in deselected())]
 
 
 def write_config(module: str, timeout: float) -> Path:
     config = WORK / f"{session_name(module)}.toml"
-    command = " ".join(pytest_command(TESTS_OF[module]))
+    command = shlex.join(pytest_command(TESTS_OF[module]))
     config.write_text(f'[cosmic-ray]\nmodule-path = "{PACKAGE}{module}"\ntimeout = {timeout:.0f}\n'
-                      f'excluded-modules = []\ntest-command = "{command}"\n\n'
+                      f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
                       '[cosmic-ray.distributor]\nname = "local"\n')
     return config
 
@@ -214,33 +216,61 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_baseline(args) -> int:
-    """Every selected test passes on the unmutated snapshot: one run over the union of the
-    selections (each file once). A mutant that hangs is cut at 1.5x that run's time."""
+    """Every selected test runs once on the unmutated snapshot (the union of the selections, each
+    file once, no -x). A test that fails there is deselected from every mutant's run and named
+    in the report: it would otherwise "kill" every mutant. A mutant that hangs is cut at 1.5x
+    this run's time."""
     meta = json.loads((WORK / "meta.json").read_text())
+    meta["overlay"] = refresh_tests()
+    meta["deselect"] = []
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
     union = tuple(dict.fromkeys(path for selection in TESTS_OF.values() for path in selection))
     started = time.perf_counter()
-    done = subprocess.run(["nice", "-n", "10", *pytest_command(union)], cwd=TREE, env=env(), capture_output=True,
-                          text=True)
+    command = [c for c in pytest_command(union) if c != "-x"] + ["-rf"]
+    done = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
     took = time.perf_counter() - started
-    print(f"{'ok' if done.returncode == 0 else 'FAILS'} {took:5.0f} s  {' '.join(union)}", flush=True)
-    if done.returncode:
+    failed = [line.split(" - ")[0][len("FAILED "):] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    print(f"exit {done.returncode} in {took:.0f} s; failing unmutated: {failed}", flush=True)
+    if done.returncode not in (0, 1) or (done.returncode == 1 and not failed):
         print(done.stdout[-3000:], file=sys.stderr)
         return 1
-    for module in TESTS_OF:
-        write_config(module, max(300.0, 1.5 * took))
+    meta["deselect"] = failed
     meta["baseline_s"] = round(took)
     (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    for module in TESTS_OF:
+        write_config(module, max(300.0, 1.5 * took))
     return 0
 
 
-def refresh_tests() -> None:
-    """The snapshot's tests/ replaced by the worktree's (the mutants live in reference/ only)."""
-    shutil.rmtree(TREE / "tests")
-    copy_tree(TREE, only="tests/")
+def refresh_tests() -> list[str]:
+    """The snapshot's tests/: those of the snapshot's commit, with this branch's own test changes
+    on top (the files its own commits touched since then, merges left out: what main moved since
+    may test code the snapshot lacks). Returns the files overlaid."""
+    commit = json.loads((WORK / "meta.json").read_text())["commit"]
+    shutil.rmtree(TREE / "tests", ignore_errors=True)
+    archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
+    overlay = sorted(set(subprocess.run(["git", "log", "--first-parent", "--no-merges", "--name-only", "--format=",
+                                         f"{commit}..HEAD", "--", "tests"], cwd=ROOT, capture_output=True,
+                                        text=True, check=True).stdout.split()))
+    overlay += subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "tests"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.split()
+    for name in overlay:
+        source, target = ROOT / name, TREE / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        else:
+            target.unlink(missing_ok=True)
+    return overlay
+
+
+def deselected() -> list[str]:
+    meta_path = WORK / "meta.json"
+    return json.loads(meta_path.read_text()).get("deselect", []) if meta_path.exists() else []
 
 
 def cmd_exec(args) -> int:
-    refresh_tests()
     for module in TESTS_OF:
         if args.only and args.only not in module:
             continue
@@ -282,7 +312,7 @@ def survivors_after(stage: str) -> list[dict]:
 
 
 def cmd_stage(args) -> int:
-    if args.refresh_tests:  # new tests written for the survivors replace the snapshot's
+    if args.refresh_tests:  # new tests written for the survivors join the snapshot's
         refresh_tests()
     done = verdicts()
     for row in survivors_after(args.stage):
