@@ -44,7 +44,9 @@ PACKAGE = "reference/kvoffload/"
 PYTHON = sys.executable
 VLLM_PYTHON = os.environ.get("KVOFFLOAD_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 PER_TEST_TIMEOUT_S = 240
-STAGES = ("main", "gate", "vllm")
+# The rest of CI, in its order; then "new": the module's selected tests again, with the tests
+# written for the survivors (--refresh-tests), which is how a survivor is killed by a new test.
+STAGES = ("main", "gate", "vllm", "new")
 
 
 def session_name(module: str) -> str:
@@ -284,7 +286,9 @@ def cmd_exec(args) -> int:
     return 0
 
 
-def stage_command(stage: str) -> list[str]:
+def stage_command(stage: str, module: str) -> list[str]:
+    if stage == "new":
+        return pytest_command(TESTS_OF[module])
     if stage == "main":
         return pytest_command(("tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES), "-m", "not vllm"))
     if stage == "gate":
@@ -325,7 +329,7 @@ def cmd_stage(args) -> int:
                 continue
             started = time.perf_counter()
             try:
-                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage)], cwd=TREE, env=env(),
+                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row["module"])], cwd=TREE, env=env(),
                                      capture_output=True, text=True, timeout=args.timeout)
                 verdict = "survived" if ran.returncode == 0 else "killed"
                 lines = ran.stdout.splitlines()
@@ -353,6 +357,7 @@ def cmd_report(args) -> int:
     pending = [r for r in every if not r["result"]]
     table, counts = [], {"selected tests": 0, "main": 0, "gate": 0, "vllm": 0, "new test": 0, "equivalent": 0,
                          "survived": 0, "incompetent": 0}
+    named = {"main": "main", "gate": "gate", "vllm": "vllm", "new": "new test"}
     for row in rows:
         k, result = key(row), row["result"]
         stage_entry = done.get(k, {})
@@ -361,8 +366,8 @@ def cmd_report(args) -> int:
         elif result["test_outcome"] == "killed":
             fate, by = "selected tests", _killer(result["output"])
         else:
-            fate = next((s for s in STAGES if stage_entry.get(s) == "killed"), "survived")
-            by = stage_entry.get(f"{fate}_by", "")
+            stage = next((s for s in STAGES if stage_entry.get(s) == "killed"), None)
+            fate, by = (named[stage], stage_entry.get(f"{stage}_by", "")) if stage else ("survived", "")
             if fate == "survived" and k in FATES:
                 fate, by = FATES[k]
         counts[fate] += 1
@@ -379,6 +384,10 @@ def cmd_report(args) -> int:
              f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
              f"a deterministic sample of {meta['sampled']} ran ({len(pending)} not yet run). "
              "Regenerate with the commands in docs/mutation.md.", "",
+             f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
+             f"Failing on the unmutated snapshot, so deselected from every run: "
+             f"{', '.join(meta.get('deselect', [])) or 'none'}. Unmutated run of every selected test: "
+             f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time.", "",
              "| killed by | mutants |", "|---|---|",
              *(f"| {name} | {counts[name]} |" for name in counts), "",
              f"Score over the whole CI (equivalent mutants left out): {killed} of {scored}"

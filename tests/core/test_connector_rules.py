@@ -174,6 +174,25 @@ class TestManagerRecency:
         assert evicted == [d, tail, middle, head]
         m.check_invariants()
 
+    def test_without_positions_the_offer_order_is_the_chunk_order(self):
+        """A caller that gives no positions (the manager's default): each key takes the next
+        position after those the request already offered, across calls."""
+        m = CPUOffloadManager(4)
+        for req in ("r", "w"):
+            m.on_new_request(req)
+        head, middle, tail, d = self.keys("head", "middle", "tail", "d")
+        m.prepare_store("r", [head, middle])
+        m.prepare_store("r", [tail])
+        m.complete_store([head, middle, tail])
+        m.prepare_store("w", [d])
+        m.complete_store([d])
+        m.on_request_finished("r")
+        evicted = []
+        for new in self.keys("e", "f", "g", "h"):
+            evicted += m.prepare_store("w", [new]).evicted_keys
+            m.complete_store([new])
+        assert evicted == [d, tail, middle, head]
+
     def test_keys_another_request_is_still_storing_are_not_its_access(self):
         m = CPUOffloadManager(3)
         for req in ("w", "r"):
