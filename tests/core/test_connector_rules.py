@@ -66,6 +66,19 @@ class TestCompleteChunkRule:
         assert s.connector.stats.queried_tokens == queried  # nothing asked of the tier
 
 
+class TestNullBlocks:
+    """A chunk whose last block is the null block (0: vLLM's placeholder after a reset, or a
+    skipped prefix) holds no KV: the store takes the chunks around it, from their own blocks."""
+
+    def test_the_store_skips_the_chunks_that_end_in_the_null_block(self, script):
+        s = script()
+        a = s.add("A", list(range(3, 15)))  # 3 chunks of 4
+        s.admit(a, [0, 5, 6])
+        plan = s.step(scheduled={"A": 12}, new_blocks={"A": [0, 5, 6]})
+        [job] = plan.store_jobs
+        assert (job.chunk_indices, job.gpu_block_ids) == ((1, 2), (5, 6))
+
+
 class TestRecency:
     """Which ready chunk the tier evicts after a request used X while Y was stored later."""
 
