@@ -273,7 +273,8 @@ def deselected() -> list[str]:
 
 
 def cmd_exec(args) -> int:
-    for module in TESTS_OF:
+    first = [m for m in TESTS_OF if any(m.startswith(prefix) for prefix in args.first)]
+    for module in first + [m for m in TESTS_OF if m not in first]:
         if args.only and args.only not in module:
             continue
         started = time.perf_counter()
@@ -431,6 +432,7 @@ def main() -> int:
     sub.add_parser("baseline")
     execute = sub.add_parser("exec")
     execute.add_argument("--only", default="")
+    execute.add_argument("--first", nargs="*", default=[], help="module prefixes to run before the rest")
     stage = sub.add_parser("stage")
     stage.add_argument("stage", choices=STAGES)
     stage.add_argument("--refresh-tests", action="store_true")
