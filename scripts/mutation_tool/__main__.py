@@ -273,7 +273,7 @@ def deselected() -> list[str]:
 
 
 def cmd_exec(args) -> int:
-    first = [m for m in TESTS_OF if any(m.startswith(prefix) for prefix in args.first)]
+    first = list(dict.fromkeys(m for prefix in args.first for m in TESTS_OF if m.startswith(prefix)))
     for module in first + [m for m in TESTS_OF if m not in first]:
         if args.only and args.only not in module:
             continue

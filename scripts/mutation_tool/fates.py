@@ -8,4 +8,9 @@ FATES: dict[str, tuple[str, str]] = {
         "equivalent",
         "keys[0] -> keys[-1] under `len(keys) == 1 and ...`: the `and` evaluates it only for a "
         "one-key sequence, whose first and last element are the same (probes.py: one_key_index)"),
+    "core/stores.py:core/ReplaceAndWithOr:1": (
+        "equivalent",
+        "the decode-step filter's last `and` made `or` lets through requests whose watermark is "
+        "below their next chunk's end; _store_request returns for them without a change "
+        "(probes.py: store_filter_or, every such call on the -small workloads and chunked prefills)"),
 }
