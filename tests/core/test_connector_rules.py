@@ -92,6 +92,19 @@ class TestNullBlocks:
         assert (job.chunk_indices, job.gpu_block_ids) == ((3,), (7,))
 
 
+class TestCompletionReports:
+    def test_a_report_that_does_not_say_otherwise_is_a_success(self, script):
+        """TransferResult's ``success`` defaults to true: the store lands and serves a hit."""
+        from kvoffload.core.types import TransferResult
+
+        s = script()
+        a = s.add("A", list(range(3, 11)))
+        s.admit(a, [1, 2])
+        plan = s.step(scheduled={"A": 8}, new_blocks={"A": [1, 2]})
+        s.connector.update_connector_output([TransferResult(job.job_id) for job in plan.store_jobs])
+        assert [s.manager.lookup(key) for key in a.block_hashes] == [LookupResult.HIT] * 2
+
+
 class TestRecency:
     """Which ready chunk the tier evicts after a request used X while Y was stored later."""
 
