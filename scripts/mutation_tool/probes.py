@@ -68,7 +68,20 @@ def store_filter_or() -> None:
     print(f"    {extra_calls} calls the mutant adds, none changed anything")
 
 
-PROBES = [one_key_index, store_filter_or]
+def trace_pid() -> None:
+    """engine/observer.py plan_built: the trace events' ``"pid": 0`` made 1. Chrome's trace
+    format groups rows by (pid, tid); the observer is the only writer of trace events and gives
+    all of them one pid, so any constant draws the same rows: one process, one row per request."""
+    import re
+    from pathlib import Path
+
+    observer = Path(__file__).resolve().parents[2] / "reference" / "kvoffload" / "engine" / "observer.py"
+    writers = [path for path in (observer.parents[1]).rglob("*.py") if re.search(r'"pid":', path.read_text())]
+    assert writers == [observer], writers
+    assert observer.read_text().count('"pid":') == 1
+
+
+PROBES = [one_key_index, store_filter_or, trace_pid]
 
 if __name__ == "__main__":
     for probe in PROBES:
