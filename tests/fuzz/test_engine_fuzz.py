@@ -205,3 +205,13 @@ def test_reference_connector_against_the_oracle_from_a_fresh_seed(program):
     """New examples every run (the seed is in the session header): the derandomized search above
     explores the same examples each time, so CI would never find anything it missed."""
     check_program(program)
+
+
+@settings(max_examples=20, derandomize=True)
+@given(programs())
+def test_a_failing_program_prints_as_the_code_that_rebuilds_it(program):
+    """Hypothesis prints the falsifying ``Program(...)`` with repr: it must evaluate back to the
+    same program, so that a failure found from a fresh seed becomes a story in
+    test_fuzz_regressions.py by pasting it."""
+    names = {"Program": Program, "EngineConfig": EngineConfig, "RequestSpec": RequestSpec}
+    assert eval(repr(program), names) == program
