@@ -4,7 +4,8 @@ Hypothesis draws a program of events (the equivalent of a rule-based state machi
 fire at chosen steps): arrivals with shared prefixes and lengths around chunk boundaries,
 follow-up turns, aborts (queued, mid-prefill, decoding, loading), preemptions (a small GPU
 pool), reset_cache, manager allocation failures, failed stores and loads, speculative decoding
-with rejections (sync and async scheduling alike), 1 or 4 blocks per chunk, several workers. Then:
+with rejections (sync and async scheduling alike), 1 or 4 blocks per chunk, several workers,
+storing every chunk or the prompt's only. Then:
 
 - after every step (safety): the connector's and the pool's invariants (the engine, strict),
   every chunk the tier calls ready holds exactly the KV of the prefix its key names, and every
@@ -94,7 +95,8 @@ def programs(draw) -> Program:
         # (docs/engine.md, "Speculative decoding"): a story pins that, the fuzzer stays above it.
         max_num_batched_tokens=draw(st.integers(max(2, 1 + spec_tokens), 24)), spec_tokens=spec_tokens,
         workers=draw(st.integers(1, 3)), scheduling=scheduling,
-        store_completion_steps=draw(st.integers(0, 3)), seed=draw(st.integers(0, 1000)))
+        store_completion_steps=draw(st.integers(0, 3)), seed=draw(st.integers(0, 1000)),
+        offload_prompt_only=draw(st.booleans()))
     disturbed = not infinite or draw(st.booleans())
     return Program(
         config, tuple(requests),
@@ -183,11 +185,15 @@ def check_program(program: Program, fixes: Fixes | None = None) -> None:
             written = req.num_computed_tokens
         else:
             written = max(req.num_prompt_tokens, req.num_tokens - 1)
+        if program.config.offload_prompt_only:
+            written = min(written, req.num_prompt_tokens)
         for chunk, key in enumerate(oracle.keys_of[req_id][:written // tpc]):
             assert eng.connector.manager.state_of(key) == "ready", f"{req_id} chunk {chunk} was never stored"
     # A parent's final chunk is stored by the schedule after its finish (the deferred final store,
     # vLLM PR #48596): a follow-up admitted by that very schedule legitimately misses it. Two
     # steps of think time put the follow-up's first lookup after it, in sync and async alike.
+    if program.config.offload_prompt_only:
+        return  # a parent's output chunks are never stored: its follow-ups are served their prompt only
     think = {spec.req_id: spec.think_steps for spec in program.requests}
     unserved = [c.req_id for c in record.continuations if c.eligible and not c.served and think[c.req_id] >= 2]
     assert unserved == [], f"continuations not served: {unserved}"
