@@ -42,6 +42,7 @@ from kvoffload.core.types import RequestStatus, TransferKind
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import Engine
 from kvoffload.engine.oracle import as_signed, prefix_fingerprints
+from kvoffload.engine.record import last_written_chunk_end
 from kvoffload.engine.requests import RequestSpec
 
 MAX_STEPS = 600  # far above what any drawn program needs: reaching it is a hang
@@ -115,6 +116,7 @@ class TierOracle:
         self.bpc = cfg.blocks_per_chunk
         self.expected: dict[bytes, np.ndarray] = {}
         self.keys_of: dict[str, list[bytes]] = {}
+        self.first_gpu_hit: dict[str, int] = {}  # tokens of each request's first GPU prefix hit
         for spec in program.requests:
             truth = spec.prompt_token_ids + spec.output_token_ids
             hashes = Request(spec.req_id, truth, cfg.block_size).block_hashes
@@ -160,6 +162,13 @@ def replay_program(program: Program, fixes: Fixes | None = None):
             return plain(req_id, keys, *args)
 
         manager.prepare_store = prepare_store
+    observer, admitted = eng.observer, eng.observer.admitted
+
+    def first_gpu_hit(live, num_local, hits, parent):  # what the served-oracle asks of a follow-up
+        oracle.first_gpu_hit.setdefault(live.req_id, num_local)
+        admitted(live, num_local, hits, parent)
+
+    observer.admitted = first_gpu_hit
     record = eng.run()
     return eng, record, oracle
 
@@ -194,9 +203,21 @@ def check_program(program: Program, fixes: Fixes | None = None) -> None:
     # steps of think time put the follow-up's first lookup after it, in sync and async alike.
     if program.config.offload_prompt_only:
         return  # a parent's output chunks are never stored: its follow-ups are served their prompt only
+    # vLLM's complete-chunk rule (_lookup_complete_chunks): a hit that adds less than a whole chunk
+    # beyond the GPU prefix hit is 0. A follow-up whose GPU hit ends inside its parent's last
+    # written chunk (that chunk's last block was never cached: sync caches blocks at allocation,
+    # and the parent's final step accepted drafts into it) cannot be served that chunk.
     think = {spec.req_id: spec.think_steps for spec in program.requests}
-    unserved = [c.req_id for c in record.continuations if c.eligible and not c.served and think[c.req_id] >= 2]
+    parents = {spec.req_id: spec.parent for spec in program.requests}
+    unserved = [c.req_id for c in record.continuations if c.eligible and not c.served and think[c.req_id] >= 2
+                and last_chunk_end(eng, parents[c.req_id]) - oracle.first_gpu_hit[c.req_id] >= tpc]
     assert unserved == [], f"continuations not served: {unserved}"
+
+
+def last_chunk_end(eng: Engine, parent_id: str) -> int:
+    parent = eng.scheduler.finished[parent_id]
+    return last_written_chunk_end(parent.req.num_tokens, parent.req.num_computed_tokens,
+                                  parent.status is RequestStatus.FINISHED_ABORTED, eng.config.tokens_per_chunk)
 
 
 @given(programs())
