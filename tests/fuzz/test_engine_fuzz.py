@@ -191,7 +191,9 @@ def check_program(program: Program, fixes: Fixes | None = None) -> None:
     for req_id, live in eng.scheduler.finished.items():
         req = live.req
         if req.status is RequestStatus.FINISHED_ABORTED:
-            written = req.num_computed_tokens
+            # Under async scheduling the computed tokens run ahead of the known ones (the step in
+            # flight: its sample, its drafts); a chunk is keyed, so stored, only once its tokens are known.
+            written = min(req.num_computed_tokens, req.num_tokens)
         else:
             written = max(req.num_prompt_tokens, req.num_tokens - 1)
         if program.config.offload_prompt_only:

@@ -60,3 +60,16 @@ def test_a_follow_up_whose_gpu_hit_ends_inside_its_parents_last_chunk_is_not_ser
     r2 = R("r2", r1.prompt_token_ids + r1.output_token_ids + (3,) * 22 + (9,), (3,), stop="eos",
            parent="r1", think_steps=2, accept_counts=(0,))
     check_program(Program(config, (r0, r1, r2), infinite=True))
+
+
+def test_an_aborted_request_owes_only_the_chunks_whose_tokens_are_known():
+    """Found by the nightly profile once it drew drafts under async scheduling. r0 is aborted
+    while its decode step (position 2 and a draft at 3) is in flight: 4 positions computed, 3
+    tokens known. Chunk 1 (positions 2-3) has no key, since token 3 was never sampled, so it cannot be
+    stored. Not a connector bug: the infinite-capacity oracle now owes an aborted request the
+    chunks below min(computed, known) tokens."""
+    config = EngineConfig(gpu_blocks=5, cpu_chunks=6, block_size=2, max_num_seqs=1, max_num_batched_tokens=2,
+                          spec_tokens=1, store_completion_steps=0, scheduling="async")
+    r0 = R("r0", (3, 3), (3, 3), stop="eos", accept_counts=(0,), abort_after_steps=2)
+    r1 = R("r1", (3, 3, 3, 3, 3), (3,), stop="eos", parent="r0", accept_counts=(0,), abort_after_steps=0)
+    check_program(Program(config, (r0, r1), infinite=True))
