@@ -62,6 +62,8 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
     result["diagnostics"] = {"livelock": record.livelock,
                              "invariant_violations": list(record.invariant_violations)}
     # The whole store-delay distributions ({steps: chunks}), not only the percentiles: the report draws them.
+    if record.engine_settings is not None:
+        result["engine_settings"] = record.engine_settings
     if record.oracle is not None:
         result["oracle"] = record.oracle
     result["distributions"] = {name: {str(k): v for k, v in sorted(Counter(delays).items())} for name, delays in

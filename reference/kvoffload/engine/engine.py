@@ -33,6 +33,7 @@ from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.feed import ArrivalFeed
+from kvoffload.engine.final_chunks import FinalChunkWatch
 from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.oracle import KVOracle
@@ -91,6 +92,7 @@ class Engine:
                                         on_finished=self._finished)
         self.watchdog = ProgressWatchdog(config.store_completion_steps)
         self.observer.watchdog = self.watchdog
+        self.observer.final_chunks = FinalChunkWatch(self.oracle, config.tokens_per_chunk, config.offload_prompt_only)
         self._reset_at = set(reset_cache_at)
         self._pending_output: StepOutput | None = None  # async: the step whose output is unprocessed
         self._step = 0
@@ -293,6 +295,8 @@ class Engine:
         if self.check_invariants and record.crash is None:
             self._check_invariants(full=True)
         record.wall_seconds = wall
+        record.final_chunks = self.observer.final_chunks.counted
+        record.final_chunks_offloaded = self.observer.final_chunks.offloaded
         record.lifecycle_violations = len(self.connector.manager.violations)
         if record.crash is None and not record.stuck_requests:
             record.leaked_requests = self.connector.tracked_request_ids()
