@@ -100,9 +100,10 @@ OPTIONS = {
 
 
 @st.composite
-def command_line(draw) -> list[str]:
-    """Mostly ``run`` (the command with the most flags); each flag mostly once, sometimes twice."""
-    command = draw(mostly(st.just("run"), st.sampled_from(sorted(OPTIONS) + ["launch", "sweep"]), one_in=2))
+def command_line(draw, command: str | None = None) -> list[str]:
+    """Mostly ``run`` (the command with the most flags), or ``command``; each flag mostly once,
+    sometimes twice."""
+    command = command or draw(mostly(st.just("run"), st.sampled_from(sorted(OPTIONS) + ["launch"]), one_in=2))
     argv = [command]
     if command == "bench" and draw(st.integers(0, 9)):
         argv.append("--small")  # the full workloads take seconds to generate; mostly the small ones
@@ -163,8 +164,19 @@ def write_as_the_command_would(path: Path) -> None:
 @fuzz_settings(150)
 @given(argv=command_line())
 def test_fuzzed_command_lines(argv, stubbed, tmp_path_factory):
-    INPUTS["command lines" if argv[0] != "sweep" else "sweep grids"] += 1
-    folder = tmp_path_factory.mktemp("cli")
+    INPUTS["command lines"] += 1
+    check_command(argv, tmp_path_factory.mktemp("cli"))
+
+
+@fuzz_settings(40)
+@given(argv=command_line("sweep"))
+def test_fuzzed_sweeps(argv, stubbed, tmp_path_factory):
+    """A bad value anywhere in the grid is found before the first replay (issue 22)."""
+    INPUTS["sweep grids"] += 1
+    check_command(argv, tmp_path_factory.mktemp("sweep"))
+
+
+def check_command(argv: list[str], folder: Path) -> None:
     make_paths(folder)
     before = snapshot(folder)
     out, err = StringIO(), StringIO()
