@@ -27,6 +27,10 @@ from typing import Iterable
 from kvoffload import results
 from kvoffload.cli.flags import UsageError
 
+# Where run, bench, sweep and report write by default: a folder git ignores (.gitignore), so an
+# ad-hoc run never changes the committed results/ (only benchmarks/publish does, from a clean commit).
+DEFAULT_ROOT = Path("out")
+
 
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
