@@ -452,13 +452,28 @@ def test_report_lists_malformed_results_as_ignored_and_reads_the_rest(tmp_path):
 
 SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
 OPTIONS_WITH_A_VALUE = {"-C"}  # git -C PATH: the next element is PATH, whatever it starts with
+# Modules run as ``python -m MODULE ARGS`` that read ARGS as positional values, no option parsing:
+# after them an element is a value whatever it starts with (like after "--").
+POSITIONAL_MODULES = {"kvoffload.vllm.rows"}  # main(argv): one "workload:scheduling" job per element
+
+
+def _list_assigned(tree: ast.AST, call: ast.Call, name: str) -> ast.List | None:
+    """The list literal last assigned to ``name`` before ``call`` (an argv built in a variable)."""
+    found = None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and node.lineno < call.lineno and isinstance(node.value, ast.List)
+                and any(isinstance(target, ast.Name) and target.id == name for target in node.targets)):
+            if found is None or node.lineno > found.lineno:
+                found = node
+    return found.value if found is not None else None
 
 
 def option_injections(tree: ast.AST, where: str) -> list[str]:
     """Places in ``tree`` where a computed string could reach a subprocess as an option: in an
-    argv given as a list, an element that is not a string literal, not the program (element 0),
-    not after ``--`` and not the value of an option in OPTIONS_WITH_A_VALUE; an argv that is not
-    a list at all; a shell (``os.system``, ``shell=True``)."""
+    argv given as a list (or a variable assigned one), an element that is not a string literal,
+    not the program (element 0), not after ``--`` or ``-m`` and a module of POSITIONAL_MODULES,
+    and not the value of an option in OPTIONS_WITH_A_VALUE; an argv that is not a list at all; a
+    shell (``os.system``, ``shell=True``)."""
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
@@ -473,6 +488,8 @@ def option_injections(tree: ast.AST, where: str) -> list[str]:
         if any(keyword.arg == "shell" for keyword in node.keywords):
             found.append(f"{where}:{node.lineno}: {name}(shell=...)")
         argv = node.args[0] if node.args else None
+        if isinstance(argv, ast.Name):
+            argv = _list_assigned(tree, node, argv.id)
         if not isinstance(argv, (ast.List, ast.Tuple)):
             found.append(f"{where}:{node.lineno}: {name} with a computed argv")
             continue
@@ -483,7 +500,9 @@ def option_injections(tree: ast.AST, where: str) -> list[str]:
                 and argv.elts[position - 1].value in OPTIONS_WITH_A_VALUE
             if not (literal or position == 0 or options_over or after_value_option):
                 found.append(f"{where}:{node.lineno}: {name}, element {position} ({ast.unparse(element)})")
-            options_over = options_over or (literal and element.value == "--")
+            options_over = options_over or (literal and element.value == "--") or (
+                literal and element.value in POSITIONAL_MODULES and position
+                and isinstance(argv.elts[position - 1], ast.Constant) and argv.elts[position - 1].value == "-m")
     return found
 
 
@@ -497,10 +516,12 @@ def test_no_computed_string_reaches_a_subprocess_as_an_option():
     assert found == []
     # the check itself: a user's ref given to git show, a shell, a computed argv are all found
     planted = ast.parse("subprocess.run(['git', '-C', root, 'show', ref])\nsubprocess.run(['git', 'show', '--', ref])\n"
-                        "subprocess.run(argv)\nos.system(line)\nsubprocess.run(['ls'], shell=True)\n")
+                        "subprocess.run(argv)\nos.system(line)\nsubprocess.run(['ls'], shell=True)\n"
+                        "command = [python, '-m', 'kvoffload.vllm.rows', *jobs]\nsubprocess.run(command)\n"
+                        "command = [python, '-m', 'pytest', *user_args]\nsubprocess.run(command)\n")
     assert [place.split(": ", 1)[1] for place in option_injections(planted, "x")] == [
         "subprocess.run, element 4 (ref)", "subprocess.run with a computed argv", "os.system",
-        "subprocess.run(shell=...)"]
+        "subprocess.run(shell=...)", "subprocess.run, element 3 (*user_args)"]
 
 
 def test_a_long_gap_is_accepted_not_rejected(tmp_path):
