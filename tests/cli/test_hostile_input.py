@@ -1,4 +1,4 @@
-"""Input nobody here wrote: every class of issue 15 fails fast, with one line, exit 2, nothing written.
+"""Input nobody here wrote: every class of issues 15 and 22 fails fast, with one line, exit 2, nothing written.
 
 Each case builds its files in a fresh folder, runs the command in-process and checks: exit 2, one
 line on stderr starting ``kvoffload: error:`` and naming the problem, no traceback, no file
@@ -326,6 +326,9 @@ CASES = [
     Case("compare a result whose connector.disabled is a string", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
          "a.json: key connector.disabled: expected a list of fix names, got 'all'",
          result_file(raw=lambda text: text.replace('"disabled": []', '"disabled": "all"', 1))),
+    Case("report: the only result's provenance is a string (AttributeError)", REPORT,
+         "src: no readable result files (1 ignored; the first: {tmp}/src/a.json: key provenance: expected an object "
+         "or null, got 'by hand')", result_file("src/a.json", provenance="by hand")),
     Case("report: an asv date of 5,000 digits", REPORT,
          "src/asv/m/x.json: expected integers of at most 4,300 digits (an asv result file), got an integer of 5,000",
          asv_date(HUGE)),
