@@ -128,7 +128,8 @@ RESULT = REPO / "results" / "runs" / "bench-multi-turn-reference.json"
 ASV_RESULT = next(path for path in sorted((REPO / "results" / "asv").glob("*/*.json")) if path.name != "machine.json")
 
 
-def result_file(name: str = "a.json", *, raw: "Callable[[str], str] | None" = None, **changes) -> Callable[[Path], None]:
+def result_file(name: str = "a.json", *, raw: "Callable[[str], str] | None" = None,
+                **changes) -> Callable[[Path], None]:
     """A copy of a bundled run result with top-level keys changed, or its text rewritten by ``raw``."""
     def write(folder: Path) -> None:
         path = folder / name
