@@ -90,6 +90,8 @@ def draw_report(source: Path, out: Path) -> Path:
     runs, ignored = find_runs(source)
     check_one_axis(runs)  # runs of two commits never share a chart
     points, units = find_asv_points(source / "asv")
+    if not runs and not points and ignored:  # the one thing to say: why the results were not read
+        raise ResultError(f"{source}: no readable result files ({len(ignored)} ignored; the first: {ignored[0]})")
     if not runs and not points:
         raise ResultError(f"{source}: no result files (expected kvoffload run results, *.json at any depth, "
                           f"or asv results under {source / 'asv'}/<machine>/)")
