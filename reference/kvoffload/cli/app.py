@@ -8,14 +8,14 @@ import re
 import sys
 from typing import Sequence
 
-from kvoffload.cli import bench, compare, gate, info, run, sweep
+from kvoffload.cli import bench, compare, gate, info, releases, run, sweep
 from kvoffload.cli.flags import UsageError
 from kvoffload.core.types import ConfigError
 from kvoffload.results import ResultError
 from kvoffload.workloads import WorkloadError
 
 # Each module's register(subparsers) adds its subcommand(s), in this order in --help.
-COMMANDS = (run, bench, sweep, info, compare, gate)
+COMMANDS = (run, bench, sweep, info, compare, gate, releases)
 
 # Everything that means "the input was wrong": one line, exit 2.
 BAD_INPUT = (UsageError, WorkloadError, ConfigError, ResultError, OSError)

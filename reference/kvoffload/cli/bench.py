@@ -6,11 +6,11 @@ import argparse
 import time
 from pathlib import Path
 
-from kvoffload.cli.flags import Once, OnceTrue
+from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
 from kvoffload.cli.run import replay, slug
 from kvoffload.core.fixes import PRESETS
-from kvoffload.engines import ENGINES, SIMULATOR
+from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import format_value
 from kvoffload.results import write_atomic
 from kvoffload.choice import ConnectorChoice
@@ -47,7 +47,11 @@ def register(sub) -> None:
     bench.add_argument("--quiet", action=OnceTrue)
     bench.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
                        help="vllm-scheduler: the small workloads on the simulator and on vLLM's scheduler "
-                            "with vLLM's stock connector and the reference (needs the vllm extra)")
+                            "with vLLM's stock connector and the reference; vllm: on vLLM's real engine and a "
+                            "real model, offload off / stock / reference / a broken one, measured, with the "
+                            "output oracle (both need the vllm extra)")
+    bench.add_argument("--model", action=Once, type=Path, metavar="PATH",
+                       help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
     bench.set_defaults(handler=_cmd_bench)
 
 
@@ -60,7 +64,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     out_dir = check_output_dir("--out-dir", args.out_dir)
     three_way = args.engine != SIMULATOR
     suffix = "-small" if args.small or three_way else ""
+    if args.model is not None and args.engine != VLLM:
+        raise UsageError("--model needs --engine vllm")
     workloads = [load_workload(name + suffix) for name in BENCH_WORKLOADS]
+    if args.engine == VLLM:
+        from kvoffload.cli.bench_model import cmd_model_bench
+
+        return cmd_model_bench(args, workloads, out_dir)
     if three_way:  # the simulator's row, then vLLM's scheduler with vLLM's connector and ours
         choices = [(SIMULATOR, ConnectorChoice.build()), (args.engine, ConnectorChoice.build(source="stock")),
                    (args.engine, ConnectorChoice.build())]

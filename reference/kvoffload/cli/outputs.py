@@ -152,7 +152,7 @@ def _check_name_lengths(flag: str, path: Path, folder: Path) -> None:
                              f"takes at most {name_max:,}")
     longest = max(len(os.fsencode(str(path))), len(os.fsencode(str(path.parent / temporary))))
     if longest >= path_max:
-        raise UsageError(f"{flag} {path}: a path of {longest:,} bytes (the temporary file's included); this "
+        raise UsageError(f"{flag} {path}: a path of up to {longest:,} bytes (the temporary file's included); this "
                          f"system takes at most {path_max - 1:,}")
 
 

@@ -120,6 +120,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         error = outcome.result["error"]
         print(f"kvoffload: run failed at step {error['step']}: {error['message']}", file=sys.stderr)
         return 1
+    oracle = outcome.result.get("oracle")
+    if oracle is not None and oracle["mismatches"]:
+        print(f"kvoffload: outputs differ from the offload-off run: {oracle['mismatches'][0]}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,7 +13,7 @@ from kvoffload.engine.config import EngineConfig
 from kvoffload.metrics import format_value
 from kvoffload.results import read_result
 from kvoffload.choice import ConnectorChoice
-from kvoffload.sweep import duplicates, plan_grid, run_grid, shard
+from kvoffload.sweep import check_cells, duplicates, plan_grid, run_grid, shard
 from kvoffload.workloads import WorkloadError
 from kvoffload.workloads.sizing import split_sizing
 
@@ -76,11 +76,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     cells = plan_grid(args.workload, presets, grid, fixed)
     if twice := duplicates(cells):
         raise UsageError(f"two cells would write {twice[0]} (a value listed twice?)")
-    if args.shard is not None:
-        cells = shard(cells, *_parse_shard(args.shard))
+    share = _parse_shard(args.shard) if args.shard is not None else None
     out_dir = check_output_dir("--out-dir", args.out_dir)
-    for cell in cells:
+    for cell in cells:  # the whole grid's names, whichever share this job runs
         check_output_file("--out-dir", out_dir / cell.file_name(), create_parents=True)
+    if share is not None:
+        cells = shard(cells, *share)
+    check_cells(cells)  # every workload with every value, before the first replay
 
     bar = None
     if not args.quiet:

@@ -89,6 +89,7 @@ class RunRecord:
     crash: str | None = None
     crash_step: int | None = None
     stuck_requests: tuple[str, ...] = ()
+    stuck_message: str | None = None  # why nothing was scheduled for them (the run's error)
     leaked_requests: tuple[str, ...] = ()
     lifecycle_violations: int = 0
     invariant_failures: list[str] = field(default_factory=list)  # "step N: rule: message", all of them
@@ -111,4 +112,5 @@ class RunRecord:
     prefill_tokens_saved: int = 0
     engine_start_seconds: float | None = None
     oracle: dict | None = None  # the output oracle's report (kvoffload.vllm.outputs), when it ran
+    engine_settings: dict | None = None  # what the real engine ran (geometry, dtype, scheduling)
     trace_events: list[dict] = field(default_factory=list)

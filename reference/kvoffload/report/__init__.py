@@ -38,7 +38,8 @@ import stat
 from pathlib import Path
 
 from kvoffload.report.changes import read_changes
-from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_ablation, draw_capacity, draw_store_delays
+from kvoffload.report.delays import draw_store_delays
+from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_ablation, draw_capacity
 from kvoffload.report.history import draw_asv_history
 from kvoffload.report.page import Page, write_html, write_markdown
 from kvoffload.report.sources import (
