@@ -71,7 +71,8 @@ OPTIONS = {
     "bench": [("--small", None), ("--out-dir", value(PATHS)), ("--quiet", None), ("--workload", value(WORKLOADS))],
     "report": [("--from", value(PATHS)), ("--out", value(PATHS))],
     "workloads": [("list", None), ("show", None), ("", value(WORKLOADS))],
-    "compare": [("", value(PATHS))],
+    "compare": [("", value(PATHS)), ("--format", value(("text", "json", "csv", "markdown", "xml"))),
+                ("--fail-on-worse", None)],
     "fixes": [("--all", None)],
 }
 
