@@ -95,7 +95,8 @@ OPTIONS = {
               ("--out-dir", value(PATHS)), ("--quiet", None)],
     "report": [("--from", value(PATHS)), ("--out", value(PATHS))],
     "workloads": [("list", None), ("show", None), ("", value(WORKLOADS))],
-    "compare": [("", value(PATHS))],
+    "compare": [("", value(PATHS)), ("--format", value(("text", "json", "csv", "markdown", "xml"))),
+                ("--fail-on-worse", None)],
     "fixes": [("--all", None)],
 }
 

@@ -323,6 +323,7 @@ def _unquote(text: str) -> str:
 
 def check_source(source: Path) -> None:
     if not source.exists():
-        raise ResultError(f"{source}: no such directory")
+        raise ResultError(f"{source}: no such directory (run, bench and sweep write their results under out/ "
+                          f"unless told otherwise; the published ones: --from results)")
     if not source.is_dir():
         raise ResultError(f"{source}: not a directory")
