@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for every engine
 from kvoffload.engine.record import RunRecord
 from kvoffload.vllm.geometry import ModelChoice, engine_geometry
 from kvoffload.vllm.outputs import RequestOutcome
@@ -50,6 +51,7 @@ class ModelRun:
     outcomes: dict[str, RequestOutcome]
     engine: EngineConfig  # the geometry the engine ran (block size mapped for the attention backend)
     start_seconds: float
+    unmeasured: tuple[str, ...]
 
 
 def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, preset=None, disabled=()):
@@ -91,11 +93,23 @@ def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_l
         kv_cache_memory_bytes=model.block_bytes(engine.block_size) * (engine.gpu_blocks + 1))
     started = time.perf_counter()
     llm = LLMEngine.from_engine_args(args)
+    _register_kernels_once()
     if model.dummy:
         from kvoffload.vllm.weights import seeded_weights
 
         llm.apply_model(seeded_weights(model.weight_seed))
     return llm, time.perf_counter() - started
+
+
+def _register_kernels_once() -> None:
+    """vLLM's CPU platform rebinds Triton kernels to C++ fallbacks when a worker starts, by scanning
+    every loaded module (``register_triton_kernel_overrides``, vllm/platforms/cpu.py); in a second
+    engine of the same process the scan trips over objects the first left behind
+    (``_rebind_kernels``, vllm/triton_utils/dispatcher.py: AttributeError). The fallbacks stay
+    bound for the process, so later engines skip the registration."""
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides = lambda: None
 
 
 def run_on_model(requests, workload_engine: EngineConfig, source: str, model: ModelChoice, *, preset=None,
@@ -108,9 +122,10 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
     try:
         replay = _Replay(llm, requests, engine, on_step, max_steps)
         record = replay.run()
+        unmeasured = replay.unmeasured()
     finally:
         _shut_down(llm)
-    return ModelRun(record, replay.outcomes, engine, start_seconds)
+    return ModelRun(record, replay.outcomes, engine, start_seconds, unmeasured)
 
 
 def _shut_down(llm) -> None:
@@ -143,14 +158,23 @@ class _Replay:
         self._aborts: dict[int, list[str]] = defaultdict(list)
         self._finished: set[str] = set()
         self._step = 0
+        self._quiet_steps = 0  # consecutive steps with unfinished requests and no output
         self.ledger = None
-        scheduler = llm.engine_core.engine_core.scheduler
-        self.connector = scheduler.connector
+        self.scheduler = llm.engine_core.engine_core.scheduler
+        self.connector = self.scheduler.connector
+        self.worker = None
+        self._timings: dict[str, float] = defaultdict(float)
         if self.connector is not None:
-            from kvoffload.vllm.observe import AdmissionLedger
+            from vllm.distributed.kv_transfer import get_kv_transfer_group
 
+            from kvoffload.vllm.observe import AdmissionLedger, timed_methods
+            from kvoffload.vllm.replay import SCHEDULER_CALLS, WORKER_CALLS
+
+            self.worker = get_kv_transfer_group()  # the worker role: this process runs the model too
+            timed_methods(self.connector, SCHEDULER_CALLS, self._timings)
+            timed_methods(self.worker, WORKER_CALLS, self._timings)
             self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.actual)
-            self.ledger.attach(self.connector)
+            self.ledger.attach(self.connector)  # outside the timing: its own cost is not the connector's
 
     def run(self) -> RunRecord:
         started = time.perf_counter()
@@ -158,13 +182,23 @@ class _Replay:
             while self._arrivals or self.llm.has_unfinished_requests():
                 if self.max_steps is not None and self._step >= self.max_steps:
                     self.record.max_steps_reached = True
-                    self.record.stuck_requests = tuple(r for r in self.outcomes if r not in self._finished)
+                    break
+                if self._quiet_steps >= STUCK_AFTER_STEPS:
                     break
                 self._one_step()
+            self.record.wall_seconds = time.perf_counter() - started
+            # The connector's deferred work (the last finished request's state, stores in flight)
+            # ends within a few scheduler steps; vLLM keeps stepping while it has any.
+            for _ in range(STUCK_AFTER_STEPS):
+                if not self.scheduler.has_requests():
+                    break
+                self.llm.step()
         except (AssertionError, KeyError, ValueError, RuntimeError) as error:
             self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
             self.record.crash_step = self._step
-        self.record.wall_seconds = time.perf_counter() - started
+            self.record.wall_seconds = time.perf_counter() - started
+        if self.record.crash is None:
+            self.record.stuck_requests = tuple(r for r in self.outcomes if r not in self._finished)
         self._finish_record()
         return self.record
 
@@ -177,6 +211,8 @@ class _Replay:
                 self._done(req_id, step, aborted=True)
         outputs = self.llm.step()
         now = time.perf_counter()
+        busy = self.llm.has_unfinished_requests()
+        self._quiet_steps = self._quiet_steps + 1 if busy and not outputs else 0
         for output in outputs:
             self._observe(output, now, step)
         if self.ledger is not None:
@@ -259,11 +295,45 @@ class _Replay:
     def _finish_record(self) -> None:
         record = self.record
         record.model_run = True
+        config = self.llm.vllm_config
+        spec = config.speculative_config
+        record.engine_settings = {
+            "model": str(config.model_config.model), "dtype": str(config.model_config.dtype).removeprefix("torch."),
+            "block_size": self.engine.block_size, "blocks_per_chunk": self.engine.blocks_per_chunk,
+            "gpu_blocks": self.engine.gpu_blocks, "prefix_caching": bool(config.cache_config.enable_prefix_caching),
+            # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py)
+            "async_scheduling": bool(config.scheduler_config.async_scheduling),
+            "speculative": None if spec is None else f"{spec.method} k={spec.num_speculative_tokens}",
+            "arrivals": "engine iterations"}
         record.prefill_tokens_saved = record.admission_hit_tokens
+        record.connector_seconds = sum(self._timings.values())
+        if self.connector is None:
+            return
+        from kvoffload.vllm.replay import _tracked_requests, _transfer_handler
+
         core = getattr(self.connector, "core", None)
         if core is not None:
             record.lifecycle_violations = len(core.manager.violations)
             record.connector_stats = dict(vars(core.stats))
+        if record.crash is None and not record.stuck_requests:
+            record.leaked_requests = _tracked_requests(self.connector) or ()
+        handler = _transfer_handler(self.worker)
+        if handler is not None:  # both built-in workers copy through a FanOutHandler
+            (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
+                handler.totals[True], handler.totals[False])
+
+    def unmeasured(self) -> tuple[str, ...]:
+        """UNMEASURED, plus what this connector does not expose (as the vllm-scheduler engine)."""
+        if self.connector is None:  # offload off: no connector to observe
+            return UNMEASURED + ("offload_hit_rate", "last_block_hit_rate", "last_block_eligible", "repeated_lookups",
+                                 "lifecycle_violations", "leaked_requests", "connector_us_per_step", "copy_gb_per_s",
+                                 "prefill_tokens_saved")
+        from kvoffload.vllm.replay import _tracked_requests
+
+        extra = () if getattr(self.connector, "core", None) is not None else ("lifecycle_violations",)
+        if _tracked_requests(self.connector) is None:
+            extra += ("leaked_requests",)
+        return UNMEASURED + extra
 
 
 class _Finished:
@@ -277,15 +347,21 @@ class _Finished:
 
 
 class VllmEngine:
-    """``--engine vllm`` as ``kvoffload.engines`` sees it (registered there by import path)."""
+    """``--engine vllm`` as ``kvoffload.engines`` sees it (registered there by import path).
+
+    ``oracle``: after a run with a connector, check its outputs against an offload-off run of the
+    same workload. ``baselines``: a dict shared by the replays of one command (``bench``): an
+    ``off`` run stores its outcomes there under the workload, and a later run with a connector
+    compares against them instead of starting another engine.
+    """
 
     unmeasured = UNMEASURED
 
-    def __init__(self, model: str | None = None, oracle: bool = True) -> None:
+    def __init__(self, model: str | None = None, oracle: bool = True, baselines: dict | None = None) -> None:
         self.model = ModelChoice.named(model)
         self.oracle = oracle
+        self.baselines = {} if baselines is None else baselines
         self.last_run: ModelRun | None = None
-        self.baseline: ModelRun | None = None
 
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         if trace:
@@ -293,12 +369,19 @@ class VllmEngine:
         run = run_on_model(workload.requests, workload.engine, choice.source, self.model, preset=choice.preset,
                            disabled=choice.disabled, on_step=on_step, max_steps=max_steps)
         self.last_run = run
+        self.unmeasured = run.unmeasured  # this instance serves one replay (engines.engine_named)
         run.record.engine_start_seconds = run.start_seconds
-        if self.oracle and choice.source != OFF and run.record.crash is None:
+        key = (workload.name, workload.seed, str(workload.source))
+        if choice.source == OFF:
+            self.baselines[key] = run
+        elif self.oracle and run.record.crash is None:
             from kvoffload.vllm.outputs import compare_outputs
 
-            self.baseline = run_on_model(workload.requests, workload.engine, OFF, self.model, max_steps=max_steps)
-            report = compare_outputs(run.outcomes, self.baseline.outcomes, tokens_per_chunk=run.engine.tokens_per_chunk,
+            baseline = self.baselines.get(key)
+            if baseline is None:
+                baseline = self.baselines[key] = run_on_model(workload.requests, workload.engine, OFF, self.model,
+                                                              max_steps=max_steps)
+            report = compare_outputs(run.outcomes, baseline.outcomes, tokens_per_chunk=run.engine.tokens_per_chunk,
                                      tolerance=self.model.logprob_tolerance)
             run.record.oracle = report.as_dict()
         return run.record

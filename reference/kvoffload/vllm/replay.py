@@ -61,7 +61,7 @@ WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv"
 STORE_SUBMIT_DELAYS = ("store_submit_delay_steps_p50", "store_submit_delay_steps_p99")
 UNMEASURED = ("fence_violations", *STORE_SUBMIT_DELAYS,
               "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
-              "livelock", "invariant_violations")
+              "livelock", "invariant_violations", "last_chunk_offloaded_rate")
 
 
 class VllmSchedulerReplay:

@@ -1,0 +1,115 @@
+"""``kvoffload bench --engine vllm``: the -small workloads on a real model, measured.
+
+Per workload, one run each on vLLM's real engine: ``off`` (no connector, no prefix caching: the
+output oracle's second run), vLLM's ``stock`` OffloadingConnector, the ``reference``, and the
+reference with ``final_token_watermark`` off (a connector known to be wrong: the oracle must
+catch it where outputs end on chunk boundaries and chunks are offloaded past the prompt). The
+simulator's modelled figure for the same workload stands beside them. Every connector run is
+checked against the ``off`` run's outputs (``kvoffload.vllm.outputs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from kvoffload.choice import ConnectorChoice
+from kvoffload.cli.outputs import check_output_file
+from kvoffload.cli.run import engine_options, oracle_line, replay, slug
+from kvoffload.engines import SIMULATOR, VLLM
+from kvoffload.metrics import format_value
+from kvoffload.results import write_atomic
+
+BROKEN_FIX = "final_token_watermark"
+MODEL_CONNECTORS = (("off", ()), ("stock", ()), ("reference", ()), ("reference", (BROKEN_FIX,)))
+COLUMNS = (("output_tokens_per_s", "out tok/s"), ("total_tokens_per_s", "tot tok/s"), ("ttft_ms_p50", "ttft50"),
+           ("ttft_ms_p99", "ttft99"), ("tpot_ms_p50", "tpot50"), ("tpot_ms_p99", "tpot99"),
+           ("prefill_tokens_computed", "prefill"), ("prefill_tokens_saved", "saved"),
+           ("offload_hit_rate", "offload"), ("gpu_hit_rate", "gpu"), ("output_mismatches", "mismatch"),
+           ("wall_seconds", "wall s"), ("engine_start_seconds", "start s"), ("tokens_per_s_modeled", "tok/s(mod)"))
+
+
+def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None) -> tuple[list, dict]:
+    """Every workload through the simulator and the four real-model runs; rows and oracles."""
+    plan = []
+    for workload in workloads:
+        plan.append((workload, SIMULATOR, ConnectorChoice.build()))
+        for source, disabled in MODEL_CONNECTORS:
+            plan.append((workload, VLLM, ConnectorChoice.build(disabled=disabled, source=source)))
+    paths = [out_dir / f"bench-{slug(w.name)}-{slug(c.label)}-{e}.json" for w, e, c in plan]
+    for path in paths:
+        check_output_file("--out-dir", path, create_parents=True)
+    baselines: dict = {}  # the off run's outcomes, per workload, for the connector runs' oracle
+    options = {**engine_options(VLLM, model, True), "baselines": baselines}
+    rows, oracles = [], {}
+    for index, ((workload, engine, choice), path) in enumerate(zip(plan, paths)):
+        outcome = replay(workload, choice, quiet=quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine,
+                         engine_options=options if engine == VLLM else None)
+        write_atomic(path, outcome.result)
+        label = f"sim {choice.label}" if engine == SIMULATOR else choice.label
+        rows.append((workload.name, label, outcome.result["metrics"], outcome.failed))
+        if "oracle" in outcome.result:
+            oracles[(workload.name, label)] = outcome.result["oracle"]
+    return rows, oracles
+
+
+def model_bench_table(rows, oracles: dict) -> str:
+    headers = ["workload", "connector"] + [short for _, short in COLUMNS]
+    body = []
+    for workload, label, metrics, failed in rows:
+        cells = [format_value(name, metrics.get(name)) for name, _ in COLUMNS]
+        oracle = oracles.get((workload, label))
+        if oracle is not None:  # "identical of compared" says more than a mismatch count alone
+            cells[[n for n, _ in COLUMNS].index("output_mismatches")] = f"{oracle['identical']}/{oracle['compared']}"
+        body.append([workload, label + (" FAILED" if failed else "")] + cells)
+    widths = [max(len(str(row[i])) for row in [headers] + body) for i in range(len(headers))]
+    lines = ["  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(headers)),
+             "  ".join("-" * w for w in widths)]
+    previous = None
+    for row in body:
+        if previous is not None and row[0] != previous:
+            lines.append("")
+        previous = row[0]
+        lines.append("  ".join(str(v).ljust(widths[i]) if i < 2 else str(v).rjust(widths[i]) for i, v in enumerate(row)))
+    legend = ("ttft/tpot: ms, p50/p99 (measured); prefill/saved: prompt tokens computed / loaded by the connector; "
+              "mismatch: requests identical to the offload-off run / compared (output oracle); "
+              "tok/s(mod): the simulator's modelled figure")
+    return "\n".join(lines + ["", legend])
+
+
+def ratio_lines(rows) -> str:
+    """Measured output tok/s, TTFT p50 and TPOT p50 of each connector over offload off, same run."""
+    metrics = {(w, c): m for w, c, m, _ in rows}
+    lines = ["measured, over offload off (same run): output tok/s, TTFT p50, TPOT p50"]
+    for workload in dict.fromkeys(w for w, _, _, _ in rows):
+        off = metrics.get((workload, "off"), {})
+        for label in ("vllm-stock", "reference"):
+            ours = metrics.get((workload, label), {})
+            cells = []
+            for name in ("output_tokens_per_s", "ttft_ms_p50", "tpot_ms_p50"):
+                a, b = ours.get(name), off.get(name)
+                cells.append(f"{a / b:.2f}x" if a and b else "-")
+            lines.append(f"  {workload:<22} {label:<11} " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def cmd_model_bench(args: argparse.Namespace, workloads, out_dir: Path) -> int:
+    summary = out_dir / "bench-summary-engine-vllm.json"
+    check_output_file("--out-dir", summary, create_parents=True)
+    started = time.perf_counter()
+    rows, oracles = run_model_bench(workloads, out_dir, args.quiet, args.model)
+    elapsed = time.perf_counter() - started
+    write_atomic(summary, {"schema": "kvoffload-bench/bench/v1", "seconds": round(elapsed, 1),
+                           "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f,
+                                     "oracle": oracles.get((w, c))} for w, c, m, f in rows]})
+    print(model_bench_table(rows, oracles))
+    print("\n" + ratio_lines(rows))
+    for (workload, label), oracle in oracles.items():
+        print(f"\n{workload} [{label}] {oracle_line(oracle)}")
+    print(f"\n{len(rows)} runs in {elapsed:.0f} s; results in {out_dir}/ (summary {summary.name})")
+    wrong = [key for key, oracle in oracles.items() if oracle["mismatches"] and BROKEN_FIX not in key[1]]
+    for workload, label in wrong:
+        print(f"kvoffload: {workload} [{label}]: outputs differ from the offload-off run", file=sys.stderr)
+    return 1 if wrong or any(failed for *_, failed in rows) else 0
