@@ -81,13 +81,17 @@ def test_a_release_venv_runs_as_a_subprocess_and_its_rows_sit_beside_the_preset(
     os.chmod(venv / "python", 0o755)
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "releases.json"
+    earlier = {"release": "0.25.0", "preset": "vllm-0.25", "seconds": 7.0, "rows": []}
+    out.write_text(json.dumps({"schema": "kvoffload-bench/releases/v1", "releases": [
+        earlier, {"release": "0.29.0", "preset": "vllm-0.29", "seconds": 1.0, "rows": []}]}))
     code = main(["releases", "--release", "0.29.0", "--workload", "multi-turn-small", "--scheduling", "sync",
                  "--out", str(out)])
     stdout = capsys.readouterr().out
     assert code == 0, stdout
     table = json.loads(out.read_text())
     assert table["schema"] == "kvoffload-bench/releases/v1" and table["hash_seed"] == 0
-    (entry,) = table["releases"]
+    kept, entry = table["releases"]  # 0.25.0 kept from the earlier run, 0.29.0 replaced
+    assert kept == earlier and entry["rows"]
     assert (entry["release"], entry["preset"]) == ("0.29.0", "vllm-0.29")
     (row,) = entry["rows"]
     assert row["agreeing"] == row["requests"] - 1 and not row["agree"]

@@ -4,7 +4,8 @@ For each release (default: one per minor, 0.25.0 to 0.32.0) the command starts t
 venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise; ``scripts/setup-vllm VERSION``
 creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
 replays the same workloads in the simulator with the release's preset (``kvoffload.releases``).
-The table goes to ``results/releases/releases.json`` and stdout. Subprocesses run with a pinned
+The table goes to ``results/releases/releases.json`` (a run of some releases replaces their
+entries and keeps the others) and stdout. Subprocesses run with a pinned
 ``PYTHONHASHSEED`` (vLLM keeps finished requests in a set) and are bounded by ``--timeout``.
 """
 
@@ -70,10 +71,24 @@ def _cmd_releases(args: argparse.Namespace) -> int:
                         "rows": compared})
         print(_table([entries[-1]]), flush=True)
     elapsed = time.perf_counter() - started
-    write_atomic(out, {"schema": SCHEMA, "hash_seed": int(HASH_SEED), "seconds": round(elapsed, 1),
-                       "releases": entries})
+    kept = [entry for entry in _earlier_entries(out) if entry["release"] not in releases]
+    entries = sorted(kept + entries, key=lambda entry: RELEASES.index(entry["release"]))
+    write_atomic(out, {"schema": SCHEMA, "hash_seed": int(HASH_SEED),
+                       "seconds": round(sum(entry["seconds"] for entry in entries), 1), "releases": entries})
     print(f"\n{len(releases)} releases x {len(jobs)} replays in {elapsed:.0f} s; table in {out}")
     return 0
+
+
+def _earlier_entries(out: Path) -> list[dict]:
+    """The releases an earlier run put in ``out``: a run of some releases replaces theirs and
+    keeps the others (each entry says how long its own run took)."""
+    try:
+        earlier = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(earlier, dict) or earlier.get("schema") != SCHEMA:
+        return []
+    return [entry for entry in earlier.get("releases", ()) if entry.get("release") in RELEASES]
 
 
 def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int) -> tuple[list[dict], float]:
