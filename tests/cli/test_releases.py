@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.releases import SimulatorRow, compare, venv_name
+from kvoffload.releases import SimulatorRow, compare, releases_markdown, venv_name
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,6 +61,12 @@ def test_rows_agree_request_by_request_and_name_the_first_differences():
                       preset)
     assert crashed["agreeing"] == 3 and not crashed["agree"]
     assert crashed["zero_metrics"]["crashes"] == {"release": 1, "preset": 0}
+
+    # The README's table: "x (=)" where the release agrees with its preset, else "release / preset"
+    lines = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26",
+                                             "rows": [differs, crashed]}]}).splitlines()
+    assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")
+    assert lines[3].startswith("| 0.26.0 | vllm-0.26 | w | sync | 3/3 | 24 (=) | 40 (=) | 0 (=) | 1 / 0 |")
 
 
 def test_a_release_without_its_venv_is_one_line_naming_the_setup_command(capsys, tmp_path, monkeypatch):
