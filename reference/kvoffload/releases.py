@@ -124,6 +124,14 @@ def compare(release_row: dict, simulated: SimulatorRow) -> dict:
     return row
 
 
+def preset_inside(release_row: dict, preset_row: dict) -> dict:
+    """The release's stock connector against the reference with its preset, both in the
+    release's own scheduler (``kvoffload.vllm.rows --preset``): a connector-only comparison."""
+    inside = SimulatorRow(preset_row["metrics"], preset_row["error"], preset_row["first_admission"])
+    row = compare(release_row, inside)
+    return {key: row[key] for key in ("agreeing", "requests", "agree", "first_differences", "totals")}
+
+
 def known_preset(release: str) -> str | None:
     preset = PRESET_OF[release]
     assert preset is None or preset in PRESETS, preset  # one preset list (core/fixes.py)

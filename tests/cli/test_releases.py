@@ -17,12 +17,17 @@ from kvoffload.releases import SimulatorRow, compare, releases_markdown, venv_na
 
 REPO = Path(__file__).resolve().parents[2]
 
-# What the stand-in "release" runs: the preset's own replay, then request "r1" admitted with one
-# connector-hit token less, and the hash seed it was given.
+# What the stand-in "release" runs: the preset's own replay, with its first request that had
+# connector hits admitted with one token less; with --preset (the reference with the preset in the
+# release's scheduler) the same, as when a release's scheduler, not its connector, differs.
 STAND_IN = """
 import json, os, sys
 from kvoffload.releases import simulator_row
-for job in sys.argv[3:]:
+jobs = sys.argv[3:]
+if jobs[0] == "--preset":
+    assert jobs[1] == "vllm-0.29", jobs
+    jobs = jobs[2:]
+for job in jobs:
     name, _, scheduling = job.partition(":")
     sim = simulator_row(name, scheduling, "vllm-0.29")
     first = dict(sim.first_admission)
@@ -104,4 +109,7 @@ def test_a_release_venv_runs_as_a_subprocess_and_its_rows_sit_beside_the_preset(
     (difference,) = row["first_differences"]
     assert difference["release"][1] == difference["preset"][1] - 1
     assert row["totals"]["release"]["connector_hit_tokens"] == row["totals"]["preset"]["connector_hit_tokens"] - 1
+    inside = row["preset_in_release_scheduler"]  # the second pass, for the disagreeing row only
+    assert inside["agree"] and inside["agreeing"] == inside["requests"] == row["requests"]
+    assert "the preset in vLLM 0.29.0's own scheduler" in stdout
     assert "vLLM 0.29.0 (stock connector) beside vllm-0.29" in stdout
