@@ -66,6 +66,9 @@ def test_simulator_and_vllm_scheduler_agree_per_request(small_workload, core_obs
                                   lambda pool: pool.get_num_free_blocks())
     vllm_record = replay.run()
     assert sim_record.crash is None and vllm_record.crash is None
+    # Store submission delays, measured at each engine's own point (observer / transfer handler):
+    # the same distribution, chunk for chunk.
+    assert sorted(sim_record.store_submit_delays) == sorted(vllm_record.store_submit_delays)
 
     ids = [spec.req_id for spec in workload.requests]
     agreeing = sum(sim.of(r) == real.of(r) for r in ids)
