@@ -19,7 +19,9 @@ agree with both on every request's admission.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).parent))  # differential.py: the child int
 
 from differential import compare  # noqa: E402
 
+from kvoffload.engine.set_order import HASH_SEED  # noqa: E402
+from kvoffload.metrics import MEASURED_METRICS  # noqa: E402
 from kvoffload.vllm.pinned import call_pinned  # noqa: E402
 
 TARGET = 0.99
@@ -109,3 +113,23 @@ def test_print_the_agreement_table():
           "| chunks loaded | flushed jobs | requests agreeing |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(_table))
+
+
+def test_the_repro_command_gives_the_same_numbers_under_any_callers_seed(tmp_path):
+    """`kvoffload run --engine vllm-scheduler --connector stock` on the repro, called from
+    processes with hash seeds 1 and 2 (which gave 640 and 816 connector-hit tokens before the
+    engine pinned its own): the same metrics, and the seed in the result's config."""
+    results = []
+    for caller_seed in (1, 2):
+        out = tmp_path / f"seed{caller_seed}.json"
+        done = subprocess.run([sys.executable, "-m", "kvoffload.cli", "run", "--engine", "vllm-scheduler",
+                               "--connector", "stock", "--workload", "multi-turn-small", "--set", "cpu_chunks=32",
+                               "--set", "scheduling=sync", "--quiet", "--out", str(out)],
+                              env=dict(os.environ, PYTHONHASHSEED=str(caller_seed)), capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        results.append(json.loads(out.read_text()))
+    assert [r["config"]["python_hash_seed"] for r in results] == [HASH_SEED, HASH_SEED]
+    counted = [{k: v for k, v in r["metrics"].items() if k not in MEASURED_METRICS} for r in results]
+    assert counted[0] == counted[1]
+    assert counted[0]["offload_hit_rate"] > 0 and counted[0]["poisoned_loads"] == 0
