@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kvoffload.metrics import GLOSSARY
+from kvoffload.metrics import GLOSSARY, MODEL_METRICS
 from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
@@ -74,7 +74,8 @@ def test_every_track_runs_and_is_a_number_with_a_unit(module, caches, class_name
 def test_the_reference_tracks_zero_harm(module, caches, class_name, methods_of):
     """Every track of a glossary metric that must stay zero is 0 for the reference."""
     values = track_values(module, class_name, caches[class_name], methods_of)
-    must_be_zero = {metric.name for metric in GLOSSARY if metric.better == "zero"}
+    # A real model's verdicts (output_mismatches) come from --engine vllm, not from these replays.
+    must_be_zero = {metric.name for metric in GLOSSARY if metric.better == "zero" and metric.name not in MODEL_METRICS}
     zero_tracks = [f"track_{track.name}" for track in module.TRACKS if track.metric in must_be_zero]
     assert len(zero_tracks) == len(must_be_zero)  # every one of them is tracked
     for method in zero_tracks:
