@@ -1,8 +1,9 @@
 """The output oracle on vLLM's real engine and a real model (the tiny Llama, seeded weights).
 
-Three engine starts on the CPU (offload off, the reference, the reference with
-final_token_watermark off): minutes on 2 shared cores, so opt-in like the engine round trip:
-KVOFFLOAD_VLLM_ENGINE=1 (README, "vLLM in the loop", has the measured cost).
+Three engine starts in one subprocess (offload off, the reference, the reference with
+final_token_watermark off) on the 12-request boundary-turns workload: measured 2.7 minutes on
+2 cores at load 15 (README, "vLLM in the loop"), so it runs in CI's vLLM stage;
+KVOFFLOAD_SKIP_REAL_MODEL=1 skips it.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(os.environ.get("KVOFFLOAD_VLLM_ENGINE") != "1",
-                                                   reason="three engine starts take minutes: KVOFFLOAD_VLLM_ENGINE=1")]
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(os.environ.get("KVOFFLOAD_SKIP_REAL_MODEL") == "1",
+                                                   reason="KVOFFLOAD_SKIP_REAL_MODEL=1")]
 
 
 @pytest.fixture(scope="module")
 def oracle_runs(tmp_path_factory):
     script = Path(__file__).with_name("real_model_oracle.py")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=1500,
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900,
                           cwd=tmp_path_factory.mktemp("oracle"))
     assert done.returncode == 0, done.stderr[-6000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("ORACLE "))

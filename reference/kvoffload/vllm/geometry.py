@@ -65,6 +65,10 @@ class ModelChoice:
         max_len = int(config.get("max_position_embeddings", 4096))
         return cls(directory, dummy, dtype, layers, kv_heads, head_dim, max_len)
 
+    @property
+    def label(self) -> str:
+        return f"tiny_llama (seeded weights, seed {self.weight_seed})" if self.dummy else str(self.path)
+
     def block_bytes(self, block_size: int) -> int:
         """KV bytes of one block, all layers, K and V."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * _DTYPE_BYTES[self.dtype] * block_size

@@ -131,6 +131,7 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
             unmeasured = replay.unmeasured()
         finally:
             _shut_down(llm)
+    record.engine_settings["model"] = model.label  # not the temporary folder of the seeded weights
     return ModelRun(record, replay.outcomes, engine, start_seconds, unmeasured)
 
 
