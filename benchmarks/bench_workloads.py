@@ -76,6 +76,8 @@ class Track(NamedTuple):
 TRACKS: tuple[Track, ...] = (
     Track("last_block_hit_rate", "last_block_miss_rate", "1 - x", "ratio",
           "Eligible continuations whose parent's last fully-written chunk the connector missed."),
+    Track("last_chunk_offloaded_rate", "last_chunk_lost_rate", "1 - x", "ratio",
+          "Finished requests whose last fully-written chunk never reached the offload tier, as a share."),
     # per admission since issue 15 (was: every lookup, repeats too)
     Track("offload_hit_rate", "offload_miss_rate", "1 - x", "ratio",
           "1 - offload_hit_rate: per admission, tokens the connector supplied / tokens asked.", version="2"),

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/measure_scaling.py --trace conversation=/path/conversation_trace.jsonl \
         --sizes 1000,4000,all --scheduling sync --timeout 900 --out results/scaling/scaling.json
+    .venv/bin/python scripts/measure_scaling.py --redraw --out results/scaling/scaling.json   # the chart only
 
 Each replay runs in its own process (this script with ``--replay``: ``load_workload`` with
 ``gpu_blocks=auto``, then ``replay_workload`` with the reference connector, as ``kvoffload run``
@@ -121,13 +122,18 @@ def main() -> None:
     if sys.argv[1:2] == ["--bound"]:
         return child_bound(*sys.argv[2:4])
     parser = argparse.ArgumentParser()
-    parser.add_argument("--trace", action="append", required=True, metavar="NAME=PATH")
+    parser.add_argument("--trace", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--sizes", default="250,500,1000", help="request counts, or all")
     parser.add_argument("--scheduling", default="sync")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per replay before it is killed")
     parser.add_argument("--bound", action="store_true", help="also the infinite-cache reuse bound")
     parser.add_argument("--out", type=Path, default=Path("results/scaling/scaling.json"))
+    parser.add_argument("--redraw", action="store_true", help="only draw the chart of the points in --out")
     args = parser.parse_args()
+    if not args.trace and not args.redraw:
+        parser.error("give --trace NAME=PATH (to measure) or --redraw (to draw the points in --out)")
+    if args.trace and args.redraw:
+        parser.error("--redraw measures nothing: give it without --trace")
     points = json.loads(args.out.read_text()) if args.out.exists() else []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     for spec in args.trace:

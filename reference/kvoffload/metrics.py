@@ -7,6 +7,7 @@ generated from ``GLOSSARY`` (``python scripts/readme_tables.py``; a test keeps t
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Sequence
 
 from kvoffload.engine.record import RunRecord
@@ -27,6 +28,11 @@ GLOSSARY: tuple[Metric, ...] = (
            "the share the connector served. A fully-written chunk covers only positions below the parent's "
            "`num_tokens - 1` (below its computed tokens if it was aborted). `-` when no request was eligible"),
     Metric("last_block_eligible", "info", "number of such continuations"),
+    Metric("last_chunk_offloaded_rate", "higher", "of finished requests with a fully-written chunk (as "
+           "above; within the prompt when the connector offloads prompts only), the share whose last such chunk "
+           "reached the offload tier: a successful store left that chunk's KV there (checked against the "
+           "content oracle), before or after the request finished, by it or by a request with the same "
+           "prefix. Whatever the GPU prefix cache holds; `-` when no request finished with a full chunk"),
     Metric("offload_hit_rate", "higher", "per admission (a request's first, and each one after a preemption, "
            "counted once however many lookups it took): tokens the connector supplied / tokens asked (the "
            "prompt beyond the GPU prefix hit)"),
@@ -94,6 +100,34 @@ MEASURED_METRICS = frozenset(m.name for m in GLOSSARY if m.definition.startswith
 MODEL_METRICS = frozenset(m.name for m in GLOSSARY if m.definition.startswith(MEASURED_MARK + "real model"))
 
 
+DIRECTION: dict[str, str] = {m.name: m.better for m in GLOSSARY}
+# Two values of a deterministic metric are the same within float noise only.
+REL_TOLERANCE, ABS_TOLERANCE = 1e-9, 1e-12
+VERDICTS = ("same", "better", "worse", "info")
+
+
+def same_value(a: float | None, b: float | None) -> bool:
+    """Equal within float noise; None (no value) equals only None."""
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=REL_TOLERANCE, abs_tol=ABS_TOLERANCE)
+
+
+def judge(name: str, before: float | None, after: float | None) -> str:
+    """The verdict of a change of metric ``name`` from ``before`` to ``after``, read from the
+    glossary's direction: "same", "better", "worse", or "info" (an "info" metric, a metric the
+    glossary does not know, or a value that appeared or disappeared: no direction to read).
+    A "zero" metric is better the closer it is to 0."""
+    if same_value(before, after):
+        return "same"
+    direction = DIRECTION.get(name, "info")
+    if before is None or after is None or direction == "info":
+        return "info"
+    if direction == "zero":
+        return "better" if abs(after) < abs(before) else "worse"
+    return "better" if (after > before) == (direction == "higher") else "worse"
+
+
 def glossary_markdown() -> str:
     """The README's "Metrics" table, generated from GLOSSARY."""
     lines = ["| metric | better | definition |", "|---|---|---|"]
@@ -124,6 +158,7 @@ def compute_metrics(record: RunRecord) -> dict[str, float | int | None]:
     values: dict[str, float | int | None] = {
         "last_block_hit_rate": _ratio(sum(c.served for c in eligible), len(eligible)),
         "last_block_eligible": len(eligible),
+        "last_chunk_offloaded_rate": _ratio(record.final_chunks_offloaded, record.final_chunks),
         "offload_hit_rate": _ratio(record.admission_hit_tokens, record.admission_asked_tokens),
         "repeated_lookups": record.connector_lookups - record.admissions,
         "gpu_hit_rate": _ratio(record.gpu_hit_tokens, record.admitted_prompt_tokens),

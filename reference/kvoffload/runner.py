@@ -26,9 +26,11 @@ class RunOutcome:
 
     @property
     def failed(self) -> bool:
-        """The run did not complete: a connector crash, a livelock, or the max_steps cap."""
+        """The run did not complete: a connector crash, a livelock, the max_steps cap, or
+        requests left stuck (nothing scheduled for them while nothing else progressed)."""
         record = self.record
-        return record.crash is not None or record.livelock is not None or record.max_steps_reached
+        return (record.crash is not None or record.livelock is not None or record.max_steps_reached
+                or bool(record.stuck_requests))
 
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
@@ -46,6 +48,9 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
     elif record.max_steps_reached:
         error = {"message": f"stopped at the max_steps cap ({max_steps}) with "
                             f"{len(record.stuck_requests)} requests unfinished", "step": record.steps}
+    elif record.stuck_requests:
+        error = {"message": record.stuck_message or f"{len(record.stuck_requests)} requests stuck: nothing was "
+                 f"scheduled for them while nothing else progressed", "step": record.steps}
     result = build_result(
         workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
                   "requests": len(workload.requests)},

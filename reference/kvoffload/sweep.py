@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from kvoffload import sweep_workers as workers
 from kvoffload.metrics import MEASURED_METRICS
 from kvoffload.results import write_atomic
 
@@ -64,6 +66,24 @@ def shard(cells: Sequence[Cell], index: int, count: int) -> list[Cell]:
     return list(cells[index::count])
 
 
+def check_cells(cells: Sequence[Cell]) -> None:
+    """Load the workload of every distinct (workload, settings) of ``cells`` and drop it: bad input
+    anywhere in the grid (a workload, a value, a value that does not fit a workload) is found
+    before the first replay, not by the cell that reaches it. Loading is a fraction of a second
+    per cell (generation, or a trace's first pass), a replay seconds to minutes."""
+    from kvoffload.workloads import WorkloadError, load_workload
+
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for cell in cells:
+        if (cell.workload, cell.settings) in seen:
+            continue
+        seen.add((cell.workload, cell.settings))
+        try:
+            load_workload(cell.workload, dict(cell.settings))
+        except WorkloadError as error:
+            raise WorkloadError(f"sweep cell {cell.describe()}: {error}") from None
+
+
 def run_cell(cell: Cell, out_dir: Path) -> tuple[Path, bool]:
     """Replay one cell and write its result file; (path, failed). Runs in a worker process."""
     from kvoffload.runner import ConnectorChoice, replay_workload
@@ -83,6 +103,8 @@ def run_grid(cells: Sequence[Cell], out_dir: Path, jobs: int,
 
     The first cell that raises (bad input found while loading its workload) stops the sweep:
     cells not started are cancelled, the error propagates; files already written are complete.
+    An interrupt (Ctrl-C) or any other error here stops the workers at once: each removes the
+    temporary file of a result it was writing (``sweep_workers.py``), so no file is left half-written.
     """
     if jobs == 1:
         done = []
@@ -93,19 +115,25 @@ def run_grid(cells: Sequence[Cell], out_dir: Path, jobs: int,
         return done
     outcomes: dict[Cell, tuple[Path, bool]] = {}
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {pool.submit(run_cell, cell, out_dir): cell for cell in cells}
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=workers.start,
+                               initargs=(os.getpid(),))
+    try:
+        with workers.spawning():  # workers start deaf to Ctrl-C: this process handles it
+            futures = {pool.submit(workers.run_in_worker, run_cell, cell, out_dir): cell for cell in cells}
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 if future.exception() is not None:
-                    for other in pending:
-                        other.cancel()
                     raise future.exception()
                 cell = futures[future]
                 outcomes[cell] = future.result()
                 on_done(cell, *outcomes[cell])
+    except BaseException:
+        workers.stop(pool)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return [(cell, *outcomes[cell]) for cell in cells]
 
 

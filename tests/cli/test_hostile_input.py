@@ -120,6 +120,38 @@ def asv_source(name: str, content: bytes | str) -> Callable[[Path], None]:
             path.write_bytes(content)
     return make
 NESTED = "[" * 200_000 + "]" * 200_000
+# A number past CPython's 4,300-digit limit on int(str) (sys.get_int_max_str_digits): json.loads
+# and tomllib raised a bare ValueError (issue 22).
+HUGE = "7" * 5000
+RESULT = REPO / "results" / "runs" / "bench-multi-turn-reference.json"
+ASV_RESULT = next(path for path in sorted((REPO / "results" / "asv").glob("*/*.json")) if path.name != "machine.json")
+
+
+def result_file(name: str = "a.json", *, raw: "Callable[[str], str] | None" = None, **changes) -> Callable[[Path], None]:
+    """A copy of a bundled run result with top-level keys changed, or its text rewritten by ``raw``."""
+    def write(folder: Path) -> None:
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = RESULT.read_text()
+        if changes:
+            text = json.dumps({**json.loads(text), **changes})
+        path.write_text(raw(text) if raw else text)
+    return write
+
+
+def asv_date(date: str) -> Callable[[Path], None]:
+    """A report source whose one asv result file has ``date`` (JSON text) as its commit date."""
+    def write(folder: Path) -> None:
+        data = json.loads(ASV_RESULT.read_text())
+        data["date"] = "DATE"
+        asv_source("m/x.json", json.dumps(data).replace('"DATE"', date).encode())(folder)
+    return write
+
+
+# A relative folder path of 4,080 bytes: a result DEEP/r.json (4,087) fits PATH_MAX (4,096 with the
+# final NUL), the temporary file written beside it (DEEP/.r.json.XXXXXXXX.tmp, 4,101) does not.
+DEEP = "/".join(["d" * 200] * 20) + "/" + "e" * 60
+
 
 CASES = [
     Case("Mooncake timestamp NaN", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
@@ -264,6 +296,58 @@ CASES = [
          "b.json: not a gate baseline (JSON nested too deeply)", files(b__json=NESTED)),
     Case("bench --out-dir FILE", ("bench", "--small", "--quiet", "--out-dir", "{tmp}/notresult.json"),
          "--out-dir {tmp}/notresult.json: is a regular file; expected a directory", special("file-as-folder")),
+    # ---- issue 22: integers past 4,300 digits, sizes past a float, unchecked result files ----
+    Case("Mooncake input_length of 5,000 digits", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "trace.jsonl: line 2: expected integers of at most 4,300 digits, got an integer of 5,000 digits",
+         mooncake(raw_tail=f'{{"timestamp": 0, "input_length": {HUGE}, "output_length": 1, "hash_ids": [1]}}\n')),
+    Case("Mooncake hash id of 5,000 digits", RUN + ("--workload", "mooncake:{tmp}/trace.jsonl"),
+         "trace.jsonl: line 2: expected integers of at most 4,300 digits, got an integer of 5,000 digits",
+         mooncake(raw_tail=f'{{"timestamp": 0, "input_length": 2, "output_length": 1, "hash_ids": [{HUGE}]}}\n')),
+    Case("Mooncake timestamp of 5,000 digits (workloads show)", ("workloads", "show", "mooncake:{tmp}/trace.jsonl"),
+         "trace.jsonl: line 2: expected integers of at most 4,300 digits, got an integer of 5,000 digits",
+         mooncake(raw_tail=f'{{"timestamp": {HUGE}, "input_length": 2, "output_length": 1, "hash_ids": [1]}}\n')),
+    Case("ShareGPT id of 5,000 digits", RUN + ("--workload", "sharegpt:{tmp}/chat.json"),
+         "chat.json: expected integers of at most 4,300 digits, got an integer of 5,000 digits at line 1",
+         files(chat__json=json.dumps([{**SHAREGPT[0], "id": 1}]).replace('"id": 1', f'"id": {HUGE}')),
+         subprocess=True),
+    Case("TOML seed of 5,000 digits", RUN + ("--workload", "{tmp}/w.toml"),
+         "w.toml: expected integers of at most 4,300 digits, got an integer of 5,000 digits at line 3",
+         lambda folder: (folder / "w.toml").write_text(f'name = "w"\ndescription = "d"\nseed = {HUGE}\n'
+                                                     f'[generator]\n{MULTI_TURN}answer_len = 4\n')),
+    Case("compare a result with a metric of 5,000 digits", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
+         "a.json: expected integers of at most 4,300 digits, got an integer of 5,000 digits at line",
+         result_file(raw=lambda text: text.replace('"steps": ', f'"steps": {HUGE}, "was": ', 1))),
+    Case("compare a result whose provenance is a string", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
+         "a.json: key provenance: expected an object or null, got 'by hand'", result_file(provenance="by hand")),
+    Case("compare a result whose metric is a float no float holds (10**400)",
+         ("compare", "{tmp}/a.json", "{tmp}/a.json"), "a.json: key metrics.steps: expected a finite number or null",
+         result_file(raw=lambda text: text.replace('"steps": ', '"steps": 1' + "0" * 400 + ', "was": ', 1))),
+    Case("compare a result whose connector.disabled is a string", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
+         "a.json: key connector.disabled: expected a list of fix names, got 'all'",
+         result_file(raw=lambda text: text.replace('"disabled": []', '"disabled": "all"', 1))),
+    Case("report: an asv date of 5,000 digits", REPORT,
+         "src/asv/m/x.json: expected integers of at most 4,300 digits (an asv result file), got an integer of 5,000",
+         asv_date(HUGE)),
+    Case("report: an asv date Infinity (int() raised OverflowError)", REPORT,
+         "src/asv/m/x.json: not an asv result file (ValueError: key date: expected ms since the epoch, got inf)",
+         asv_date("Infinity")),
+    Case("--set cpu_chunks=1e999GiB (OverflowError)", RUN + ("--workload", "multi-turn-small",
+                                                          "--set", "cpu_chunks=1e999GiB"),
+         "--set cpu_chunks=1e999GiB: expected a size a float holds (at most 1e308 bytes), got 1e999 GiB"),
+    Case("--set gpu_blocks of 5,000 digits", RUN + ("--workload", "multi-turn-small", "--set", f"gpu_blocks={HUGE}"),
+         "gpu_blocks expects an integer of at most 4,300 digits, got 5,000 digits"),
+    Case("--set gpu_blocks=auto with a 2**26 + 1-token Mooncake request (the pool grew past 5 GiB)",
+         RUN + ("--workload", "mooncake:{tmp}/trace.jsonl", "--set", "gpu_blocks=auto"),
+         "trace.jsonl: line 2: expected prompt + output of at most 67,108,864 tokens (2**26, the longest request "
+         "gpu_blocks=auto sizes a pool for), got 67,108,864 + 1 tokens",
+         mooncake({"input_length": 2**26, "output_length": 1, "hash_ids": list(range(2**26 // 512))})),
+    # ---- issue 22: outputs refused only after the replay ----
+    Case("--out under /proc", RUN[:2] + ("--workload", "multi-turn-small", "--out", "/proc/r.json"),
+         "--out /proc/r.json: /proc is in /proc, the kernel's interface, not a place for files"),
+    Case("--out under /sys", RUN[:2] + ("--workload", "multi-turn-small", "--out", "/sys/kernel/r.json"),
+         "--out /sys/kernel/r.json: /sys/kernel is in /sys, the kernel's interface, not a place for files"),
+    Case("report --out under /proc", ("report", "--from", str(REPO / "results"), "--out", "/proc/charts"),
+         "--out /proc/charts: /proc is in /proc"),
     Case("--preset A --preset B", RUN + ("--preset", "vllm-0.25", "--preset", "vllm-0.26"),
          "argument --preset: given twice (vllm-0.25 and vllm-0.26)"),
     Case("--preset vllm-0.25 --disable-fix last_block_at_finish",
@@ -330,6 +414,39 @@ def test_an_unreadable_asv_file_is_one_line_exit_2(name, tmp_path, capsys):
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"kvoffload: error: {tmp_path}/src/asv/{name}: cannot read (Permission denied)")
     assert not (tmp_path / "charts").exists()
+
+
+def test_an_out_whose_temporary_file_is_past_path_max_is_refused_before_the_replay(tmp_path, capsys, monkeypatch):
+    """The result's own path fits; the temporary file it is written through did not, and the write
+    failed after the replay (issue 22). Paths relative to the case's folder: its absolute form is
+    past PATH_MAX, so the generic case's snapshot could not stat it."""
+    from kvoffload.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    os.makedirs(DEEP)
+    assert main(["run", "--quiet", "--workload", "multi-turn-small", "--out", f"{DEEP}/r.json"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and line.startswith("kvoffload: error: --out ddddd")
+    assert line.endswith("a path of up to 4,109 bytes (the temporary file's included); this system takes at most 4,095")
+    assert os.listdir(DEEP) == []
+
+
+def test_report_lists_malformed_results_as_ignored_and_reads_the_rest(tmp_path):
+    """``report`` over a folder where one result's provenance is a string (AttributeError before
+    issue 22) and one holds a 5,000-digit number (passed over in silence): both are listed with
+    what is wrong, the good result is read."""
+    from kvoffload.report.sources import find_runs
+
+    result_file("good.json")(tmp_path)
+    result_file("string-provenance.json", provenance="by hand")(tmp_path)
+    result_file("huge.json", raw=lambda text: text.replace('"steps": ', f'"steps": {HUGE}, "was": ', 1))(tmp_path)
+    steps_line = next(number for number, line in enumerate(RESULT.read_text().splitlines(), 1) if '"steps": ' in line)
+    runs, ignored = find_runs(tmp_path)
+    assert [run.path.name for run in runs] == ["good.json"]
+    assert ignored == [
+        f"{tmp_path}/huge.json: expected integers of at most 4,300 digits, got an integer of 5,000 digits at line "
+        f"{steps_line}",
+        f"{tmp_path}/string-provenance.json: key provenance: expected an object or null, got 'by hand'"]
 
 
 def test_a_long_gap_is_accepted_not_rejected(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile
+from kvoffload.engine.engine import Engine
 from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.requests import RequestSpec
@@ -160,6 +161,36 @@ class TestDecodePadding:
         live = self.loaded(scheduler)
         out, _ = schedule(scheduler, 1)
         assert out.num_scheduled_tokens == {} and live.phase is Phase.LOADED
+
+
+class TestABudgetBelowAPaddedStep:
+    """spec_tokens=2 with max_num_batched_tokens=2 (issue 22). vLLM 0.32 accepts the setting:
+    ``VllmConfig._set_max_num_scheduled_tokens`` rejects only a budget within the drafter's extra
+    draft slots, and the n-gram drafter has none (``max_num_new_slots_for_drafting``). Its
+    scheduler then never schedules a request admitted with one token left: the padded step (3
+    tokens) never fits, ``break`` every step (vLLM's own scheduler, driven by the vllm-scheduler
+    engine with either connector, stops the same way). The engine does the same, and says why:
+    the run ends with the request stuck, which fails the run (``kvoffload run`` exits 1)."""
+
+    def two_equal_requests(self, budget: int):
+        """r0 runs; r1, the same 2-token prompt, gets it from the connector: after the load one
+        token is left, which admission pads to 1 + 2 tokens."""
+        config = EngineConfig(gpu_blocks=8, block_size=2, blocks_per_chunk=1, spec_tokens=2,
+                              max_num_batched_tokens=budget, max_num_seqs=1, scheduling="async")
+        requests = [RequestSpec(f"r{i}", (7, 7), (9,)) for i in range(2)]
+        return Engine(requests, config, strict=True, max_steps=1000).run()
+
+    def test_the_setting_is_accepted_and_the_loaded_request_is_never_scheduled(self):
+        record = self.two_equal_requests(budget=2)
+        assert record.connector_hit_tokens_admitted == 2 and record.finished_requests == 1
+        assert record.stuck_requests == ("r1",) and not record.max_steps_reached
+        assert record.stuck_message.startswith("1 request stuck (r1): nothing was scheduled for 200 steps")
+        assert "decode step of 1 + spec_tokens = 3 tokens, over max_num_batched_tokens=2" in record.stuck_message
+
+    def test_a_budget_that_holds_the_padded_step_finishes_both(self):
+        record = self.two_equal_requests(budget=3)
+        assert record.connector_hit_tokens_admitted == 2 and record.finished_requests == 2
+        assert record.stuck_requests == () and record.stuck_message is None
 
 
 class TestAsyncDrafts:

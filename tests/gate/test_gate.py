@@ -110,8 +110,10 @@ def test_a_fix_switched_off_in_the_reference_fails_the_gate(one_run, tmp_path, m
     capsys.readouterr()
     assert main(["gate", "--baseline", str(path)]) == 1
     out = capsys.readouterr().out
-    moved = [line for line in out.splitlines() if line.endswith("moved")]
-    assert any(line.startswith("multi-turn-small/reference") and "last_block_hit_rate" in line for line in moved)
+    moved = [line.split() for line in out.splitlines() if " moved " in line]
+    assert ["multi-turn-small/reference", "last_block_hit_rate"] in [line[:2] for line in moved]
+    # each change labelled by the glossary's direction: a hit rate that dropped is worse
+    assert [line[-1] for line in moved if line[1] == "last_block_hit_rate"] == ["worse"]
     assert "kvoffload gate: FAIL" in out
 
 
@@ -132,3 +134,145 @@ def test_a_missing_baseline_or_unknown_ref_is_bad_input(tmp_path, capsys):
     assert "neither a file nor a git ref" in capsys.readouterr().err
     assert main(["gate", "--repeats", "0"]) == 2
     assert "--repeats" in capsys.readouterr().err
+
+
+def test_each_change_is_labelled_by_the_glossarys_direction():
+    base = _baseline({"w/c/poisoned_loads": 0.0, "w/c/gpu_hit_rate": 0.5, "w/c/steps": 100.0,
+                      "w/c/store_visible_delay_steps_p99": 4.0})
+    now = {"deterministic": {"w/c/poisoned_loads": 3.0, "w/c/gpu_hit_rate": 0.6, "w/c/steps": 90.0,
+                             "w/c/store_visible_delay_steps_p99": 5.0}, "measured": {}}
+    directions = {row.metric: row.direction for row in gate.compare(base, now, "m1")}
+    assert directions == {"poisoned_loads": "worse", "gpu_hit_rate": "better", "steps": "info",
+                          "store_visible_delay_steps_p99": "worse"}
+
+
+def test_a_measured_metric_that_appears_or_disappears_fails_on_any_machine():
+    entry = {"median": 10.0, "min": 9.0, "max": 11.0, "repeats": 3}
+    base = _baseline({}, {"w/c/connector_us_per_step": entry, "w/c/copy_gb_per_s": entry}, machine="elsewhere")
+    now = {"deterministic": {}, "measured": {"w/c/connector_us_per_step": [10.0], "w/c/sim_requests_per_s": [5.0]}}
+    rows = gate.compare(base, now, "here")
+    assert {(r.metric, r.verdict) for r in rows} == {("connector_us_per_step", "not compared"),
+                                                      ("copy_gb_per_s", "missing"), ("sim_requests_per_s", "new")}
+    assert {r.metric for r in gate.failures(rows, strict=False)} == {"copy_gb_per_s", "sim_requests_per_s"}
+
+
+def test_a_metric_added_to_the_glossary_fails_the_gate_until_the_baseline_is_regenerated(
+        one_run, tmp_path, monkeypatch, capsys):
+    """The baseline was written before the glossary had gpu_hit_rate; now it has it: the gate
+    names the new number, fails, and prints the exact command that regenerates this baseline."""
+    path = tmp_path / "baseline.json"
+    monkeypatch.setattr(gate, "DETERMINISTIC", tuple(m for m in gate.DETERMINISTIC if m != "gpu_hit_rate"))
+    assert main(["gate", "--update", "--baseline", str(path), "--machine", "ci-box", "--repeats", "2"]) == 0
+    monkeypatch.undo()
+    monkeypatch.setattr(gate, "WORKLOADS", ("multi-turn-small",))
+    monkeypatch.setattr(gate, "CONNECTORS", (None,))
+    capsys.readouterr()
+    assert main(["gate", "--baseline", str(path), "--machine", "ci-box"]) == 1
+    out = capsys.readouterr().out
+    assert [line.split()[:2] for line in out.splitlines() if line.startswith("multi-turn-small/")
+            and " new " in line] == [["multi-turn-small/reference", "gpu_hit_rate"]]
+    assert f"`kvoffload gate --update --machine ci-box --repeats 2 --baseline {path}`" in out
+    # and the other way: a metric the glossary lost
+    monkeypatch.setattr(gate, "DETERMINISTIC", tuple(m for m in gate.DETERMINISTIC if m != "steps"))
+    assert main(["gate", "--baseline", str(path), "--machine", "ci-box"]) == 1
+    assert ["multi-turn-small/reference", "steps"] in [
+        line.split()[:2] for line in capsys.readouterr().out.splitlines() if " missing " in line]
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "markdown"])
+def test_the_gate_writes_each_format(monkeypatch, capsys, tmp_path, fmt):
+    """The same rows in every format; json also carries the verdict and the update command."""
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(_baseline({"w/reference/poisoned_loads": 0.0}, machine="box")))
+    monkeypatch.setattr(gate, "collect", lambda repeats: {"deterministic": {"w/reference/poisoned_loads": 2.0},
+                                                           "measured": {}})
+    assert main(["gate", "--baseline", str(path), "--machine", "box", "--format", fmt]) == 1
+    out = capsys.readouterr().out
+    if fmt == "json":
+        document = json.loads(out)
+        assert document["passed"] is False
+        assert document["update_command"] == f"kvoffload gate --update --machine box --repeats 1 --baseline {path}"
+        assert document["rows"] == [{"run": "w/reference", "metric": "poisoned_loads", "baseline": 0.0, "now": 2.0,
+                                     "change": 2.0, "verdict": "moved", "direction": "worse"}]
+    elif fmt == "csv":
+        assert out.splitlines() == ["run,metric,baseline,now,change,verdict,direction",
+                                    "w/reference,poisoned_loads,0.0,2.0,2.0,moved,worse"]
+    else:
+        assert "| w/reference | poisoned_loads | 0 | 2 | +2 | moved | worse |" in out
+        assert "kvoffload gate: FAIL" in out
+
+
+@pytest.fixture
+def no_replay(monkeypatch):
+    """Any replay fails the test: what is checked here must be checked before the replays."""
+    def replayed(repeats):
+        raise AssertionError("the gate replayed before checking its input")
+    monkeypatch.setattr(gate, "collect", replayed)
+
+
+@pytest.mark.parametrize("body, reason", [
+    ({"deterministic": {"w/c/poisoned_loads": "zero"}, "measured": {}}, "deterministic.w/c/poisoned_loads"),
+    ({"deterministic": [], "measured": {}}, "deterministic: expected an object"),
+    ({"deterministic": {"poisoned_loads": 0}, "measured": {}}, "workload/connector/metric"),
+    ({"deterministic": {}, "measured": {"w/c/connector_us_per_step": {"median": 1.0}}}, ".min: expected a finite"),
+    ({"deterministic": {}, "measured": {"w/c/connector_us_per_step": 5}}, "expected an object with median"),
+    ({"deterministic": {}, "measured": {}, "machine": 7}, "machine: expected a string"),
+    ({"deterministic": {"w/c/steps": 10 ** 400}, "measured": {}}, "deterministic.w/c/steps"),
+])
+def test_a_malformed_baseline_body_is_bad_input_before_any_replay(no_replay, tmp_path, capsys, body, reason):
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps({"schema": gate.SCHEMA, **body}))
+    assert main(["gate", "--baseline", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a gate baseline" in err[0] and reason in err[0]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "missing folder"])
+def test_update_refuses_a_target_it_cannot_write_before_any_replay(no_replay, tmp_path, capsys, kind):
+    import os
+
+    target = tmp_path / "target"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        target = tmp_path / "no" / "such" / "baseline.json"
+        (tmp_path / "no").write_text("a file where a folder should be")
+    assert main(["gate", "--update", "--baseline", str(target)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kvoffload: error: --baseline {target}") and len(err.splitlines()) == 1
+
+
+def test_a_baseline_that_looks_like_an_option_never_reaches_git_as_one(no_replay, tmp_path, capsys, monkeypatch):
+    """``git show --output=F`` creates F (even when it then fails): handed to git as it was typed,
+    ``--baseline=--output=w`` would create ``w:results/gate/baseline.json`` here. The user's string
+    is a revision after --end-of-options, or nothing."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    target = tmp_path / "w:results" / "gate"
+    target.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    for spec in ("--output=w", "-p", "--output=w^{commit}"):
+        assert main(["gate", f"--baseline={spec}"]) == 2
+        assert "neither a file nor a git ref" in capsys.readouterr().err
+    assert list(target.iterdir()) == []
+
+
+def test_a_git_ref_reads_the_baseline_committed_there(tmp_path, capsys, monkeypatch):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results" / "gate").mkdir(parents=True)
+    (tmp_path / "results" / "gate" / "baseline.json").write_text(json.dumps(_baseline({"w/c/steps": 7.0})))
+    git("add", "results")
+    git("commit", "-q", "-m", "baseline")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gate, "collect", lambda repeats: {"deterministic": {"w/c/steps": 7.0}, "measured": {}})
+    assert main(["gate", "--baseline", "HEAD"]) == 0
+    assert "baseline: HEAD:results/gate/baseline.json" in capsys.readouterr().out

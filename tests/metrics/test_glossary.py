@@ -25,6 +25,8 @@ def hand_record() -> RunRecord:
         # 6 answered lookups ended in 4 admissions, which asked for 12 tokens and got 3.
         connector_lookups=6, connector_lookup_tokens=30, admissions=4, admission_asked_tokens=12,
         admission_hit_tokens=3, invariant_violation_count=5, livelock={"cycle": "r0 <-> r1"},
+        # 9 requests finished, 4 of them with a fully-written chunk; 3 of those 4 reached the tier.
+        final_chunks=4, final_chunks_offloaded=3,
     )
     record.continuations += [Continuation("c1", "p", eligible=True, served=True),
                              Continuation("c2", "p", eligible=True, served=False),
@@ -50,6 +52,7 @@ def hand_record() -> RunRecord:
 EXPECTED = {
     "last_block_hit_rate": 1 / 2,  # eligible: c1 (served), c2 (not); c3 is not eligible
     "last_block_eligible": 2,
+    "last_chunk_offloaded_rate": 3 / 4,  # of finished requests with a full chunk (not 3 / 9 finished)
     "offload_hit_rate": 3 / 12,  # per admission: tokens supplied / tokens asked (not 7 / 30 per lookup)
     "repeated_lookups": 6 - 4,  # answered lookups that ended in no admission
     "livelock": 1,
@@ -101,7 +104,7 @@ def test_metric_of_the_hand_record(name):
 
 def test_empty_denominators_are_none_not_zero():
     metrics = compute_metrics(RunRecord())
-    ratios = ("last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "connector_us_per_step",
+    ratios = ("last_block_hit_rate", "last_chunk_offloaded_rate", "offload_hit_rate", "gpu_hit_rate", "connector_us_per_step",
               "tokens_per_s_modeled", "copy_gb_per_s", "sim_requests_per_s", "store_submit_delay_steps_p50",
               "store_submit_delay_steps_p99", "store_visible_delay_steps_p50", "store_visible_delay_steps_p99")
     assert {name: metrics[name] for name in ratios} == dict.fromkeys(ratios)

@@ -136,3 +136,54 @@ def test_every_request_is_admitted_once_per_arrival_and_once_per_preemption(name
     record = replay_workload(workload, ConnectorChoice.build()).record
     assert record.preemptions > 0
     assert record.admissions == record.requests + record.preemptions
+
+
+def one_request_and_a_short_one():
+    """r: prompt 6 + 3 length-capped outputs = 9 tokens; a forward wrote positions 0-7, so its
+    last fully-written chunk is chunk 1 (positions 4-7), complete only in the step that samples
+    r's final token. s: 2 + 1 tokens, no full chunk: never counted."""
+    return [RequestSpec("r", tuple(range(10, 16)), (20, 21, 22), stop="length"),
+            RequestSpec("s", (1, 2), (3,), stop="length")]
+
+
+@pytest.mark.parametrize("scheduling, prompt_only, fixes, expected", [
+    ("async", False, Fixes(), 1.0),  # chunk 1 stored by the final store built after the finish
+    # The first seed bug: under async scheduling the finish is processed after the step that
+    # completed chunk 1, and without the fix nothing stores it.
+    ("async", False, Fixes().without("last_block_at_finish"), 0.0),
+    # Sync: that step's own plan stores chunk 1 before the finish; nothing to lose.
+    ("sync", False, Fixes().without("last_block_at_finish"), 1.0),
+    # Prompts only: the last chunk to store is the prompt's (chunk 0), stored at the prefill.
+    ("async", True, Fixes().without("last_block_at_finish"), 1.0),
+])
+def test_last_chunk_offloaded_rate_of_one_request(scheduling, prompt_only, fixes, expected):
+    config = TINY.replace(scheduling=scheduling, offload_prompt_only=prompt_only)
+    record = replay(one_request_and_a_short_one(), config, fixes)
+    assert (record.final_chunks, record.final_chunks_offloaded) == (1, int(expected))
+    assert compute_metrics(record)["last_chunk_offloaded_rate"] == expected
+
+
+def test_a_chunk_the_tier_already_holds_counts_as_offloaded():
+    """r2 repeats r1 after r1 finished: every chunk of r2 is in the tier already (r1 stored the same
+    KV), so the connector stores nothing for r2, rightly: 2 of 2."""
+    r1 = RequestSpec("r1", tuple(range(10, 16)), (20, 21, 22), stop="length")
+    r2 = RequestSpec("r2", r1.prompt_token_ids, r1.output_token_ids, stop="length", arrival_step=30)
+    record = replay([r1, r2], TINY.replace(scheduling="async"), Fixes(), trace=True)
+    assert {event["tid"] for event in record.trace_events if event["name"].startswith("store")} == {"r1"}
+    assert compute_metrics(record)["last_chunk_offloaded_rate"] == 1.0
+
+
+def test_a_last_chunk_stored_with_another_requests_kv_did_not_reach_the_tier():
+    """The fence story of test_glossary: without submit-before-wait, A's final store copies B's KV
+    into the tier. A, C and B each finish with a full chunk; A's holds B's KV: 2 of 3, while
+    the tier's slot for A's chunk is filled (a count of stores would say 3 of 3)."""
+    config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8,
+                          max_num_batched_tokens=128, scheduling="async")
+    a = RequestSpec("A", tuple(range(10, 16)), (20, 21, 22))
+    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + (30, 31, 32, 33), (40, 41),
+                    parent="A", think_steps=3)
+    b = RequestSpec("B", tuple(range(100, 220)), (54, 55), parent="A", think_steps=0)
+    broken = replay([a, c, b], config, Fixes().without("flush_submits_before_wait"), max_steps=200)
+    assert len(broken.fence_violations) == 1
+    assert (broken.final_chunks, broken.final_chunks_offloaded) == (3, 2)
+    assert compute_metrics(replay([a, c, b], config, Fixes(), max_steps=200))["last_chunk_offloaded_rate"] == 1.0

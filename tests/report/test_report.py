@@ -207,7 +207,8 @@ def test_a_result_keeps_the_whole_store_delay_distributions(run_dir):
 
 
 def test_store_delays_draw_distributions_where_kept_else_percentiles(run_dir, tmp_path):
-    from kvoffload.report.figures import ablation_set, draw_store_delays
+    from kvoffload.report.delays import draw_store_delays
+    from kvoffload.report.figures import ablation_set
 
     runs, _ = find_runs(run_dir)
     [full] = draw_store_delays(runs, tmp_path)
@@ -216,3 +217,32 @@ def test_store_delays_draw_distributions_where_kept_else_percentiles(run_dir, tm
     [bars] = draw_store_delays(without, tmp_path)
     assert bars.caption.startswith("p50 and p99")
     assert [row[2] for row in full.provenance[1:]] == [str(run.path) for run in ablation_set(runs)]
+
+
+def test_the_ablation_shows_the_reference_each_fix_off_and_the_presets(run_dir):
+    from kvoffload.report.figures import REFERENCE_COLOR, WARNING_COLOR, ablation_colors, ablation_groups, ablation_set
+
+    runs, _ = find_runs(run_dir)
+    chosen = ablation_set([r for r in runs if r.workload == "multi-turn-small"])
+    groups = ablation_groups(chosen)
+    assert [(name, [r.label for r in members]) for name, members in groups] == [
+        ("reference", ["reference"]), ("reference, one fix off", ["reference -last_block_at_finish"]),
+        ("vLLM presets", ["vllm-0.25", "vllm-0.26"])]
+    # a must-be-0 count that is not 0 stands out in the warning colour; a 0 keeps its kind's colour
+    poisoned = dataclasses.replace(chosen[2], metrics={**chosen[2].metrics, "poisoned_loads": 3})
+    healthy = dataclasses.replace(chosen[0], metrics={**chosen[0].metrics, "poisoned_loads": 0})
+    assert ablation_colors("poisoned_loads", [healthy, poisoned]) == [REFERENCE_COLOR, WARNING_COLOR]
+    assert ablation_colors("offload_hit_rate", [poisoned])[0] != WARNING_COLOR  # a rate is never a warning
+
+
+def test_a_one_point_delay_distribution_is_a_full_bar_and_equal_runs_stand_side_by_side(run_dir):
+    from kvoffload.report.delays import _delay_distributions
+
+    runs, _ = find_runs(run_dir)
+    one_point = {"store_submit_delay_steps": {1: 40}, "store_visible_delay_steps": {2: 40}}
+    a, b = (dataclasses.replace(run, distributions=one_point) for run in runs[:2])
+    fig = _delay_distributions([a, b])
+    for ax in fig.axes[:2]:
+        bars = [(round(p.get_x() + p.get_width() / 2, 3), p.get_height()) for p in ax.patches]
+        assert [height for _, height in bars] == [1.0, 1.0]  # all of each run at its one delay
+        assert bars[0][0] != bars[1][0]  # the same distribution twice: two bars, not one over the other

@@ -96,6 +96,16 @@ def test_the_command_runs_a_grid_and_lists_one_file_per_cell(tmp_path, capsys):
     (["--set", "cpu_chunks=64", "--grid", "cpu_chunks=1,2"], "given twice across --set and --grid"),
     (["--shard", "3/3"], "--shard expects K/N with 0 <= K < N"),
     (["--jobs", "0"], "--jobs expects at least 1"),
+    # issue 22: found by the cell that reached it, after the cells before it had replayed
+    (["--grid", "gpu_blocks=256,12"], "sweep cell multi-turn-small [reference] gpu_blocks=12: "
+     "workloads/multi-turn-small.toml: request c0-t03: expected prompt + output within max_model_len 176"),
+    (["--workload", "nope"], "sweep cell nope [reference]: nope: unknown workload"),
+    (["--preset", "reference", "--preset", "vllm-0.30", "--grid", "cpu_chunks=64,1e999GiB"],
+     "--set cpu_chunks=1e999GiB: expected a size a float holds"),
+    (["--set", "cpu_chunks=1e999GiB"], "--set cpu_chunks=1e999GiB: expected a size a float holds"),
+    (["--grid", "seed=1," + "9" * 5000], "seed expects an integer of at most 4,300 digits, got 5,000 digits"),
+    (["--grid", "seed=1," + "9" * 300], "json: its name is 343 bytes long; this file system takes at most 255"),
+    (["--shard", "0/" + "9" * 5000], "--shard expects K/N with 0 <= K < N"),
 ])
 def test_bad_sweeps_are_one_line_with_exit_2_and_nothing_written(tmp_path, capsys, args, message):
     code = main(["sweep", "--workload", "multi-turn-small", "--quiet", "--out-dir", str(tmp_path / "out"), *args])

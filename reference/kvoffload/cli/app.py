@@ -8,14 +8,14 @@ import re
 import sys
 from typing import Sequence
 
-from kvoffload.cli import bench, gate, info, run, sweep
+from kvoffload.cli import bench, compare, gate, info, releases, run, sweep
 from kvoffload.cli.flags import UsageError
 from kvoffload.core.types import ConfigError
 from kvoffload.results import ResultError
 from kvoffload.workloads import WorkloadError
 
 # Each module's register(subparsers) adds its subcommand(s), in this order in --help.
-COMMANDS = (run, bench, sweep, info, gate)
+COMMANDS = (run, bench, sweep, info, compare, gate, releases)
 
 # Everything that means "the input was wrong": one line, exit 2.
 BAD_INPUT = (UsageError, WorkloadError, ConfigError, ResultError, OSError)
@@ -27,9 +27,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from kvoffload import __version__
     from kvoffload.cli import __doc__ as doc
 
     parser = _Parser(prog="kvoffload", description=doc.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"kvoffload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in COMMANDS:
         module.register(sub)

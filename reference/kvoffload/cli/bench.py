@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
-from kvoffload.cli.outputs import check_output_dir, check_output_file
+from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
 from kvoffload.cli.run import replay, slug
 from kvoffload.core.fixes import PRESETS
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
@@ -17,15 +17,20 @@ from kvoffload.choice import ConnectorChoice
 from kvoffload.workloads import load_workload
 
 BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
-BENCH_CONNECTORS = (None, *PRESETS)  # the reference, then every preset in release order
+# The fixes of the founding bug reports (vLLM PR #48596's scheduler and worker halves, PR #54288,
+# PR #49671), each switched off in turn: on the bundled workloads each one moves a figure of the
+# table (README, "Reading the results": which one where).
+SEED_FIXES = ("last_block_at_finish", "flush_submits_before_wait", "final_token_watermark", "deferred_finish_signal")
+# (preset, disabled fixes): the reference, the reference without each seed fix, every preset in release order
+BENCH_CONNECTORS = ((None, ()), *((None, (fix,)) for fix in SEED_FIXES), *((preset, ()) for preset in PRESETS))
 # The metrics of the one-screen comparison, in order, with their column headings.
 TABLE_METRICS = (
-    "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
+    "last_chunk_offloaded_rate", "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
     "leaked_requests", "crashes", "livelock", "invariant_violations", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
     "tokens_per_s_modeled", "connector_us_per_step",
 )
 SHORT_NAMES = {
-    "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload", "gpu_hit_rate": "gpu",
+    "last_chunk_offloaded_rate": "last-chunk", "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload", "gpu_hit_rate": "gpu",
     "poisoned_loads": "poison", "lifecycle_violations": "lifecyc", "leaked_requests": "leaked",
     "crashes": "crash", "livelock": "livelock", "invariant_violations": "invar",
     "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
@@ -36,7 +41,9 @@ SHORT_NAMES = {
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="the main job: bundled workloads x reference and vLLM presets")
     bench.add_argument("--small", action=OnceTrue, help="the -small workloads (seconds, for a smoke run)")
-    bench.add_argument("--out-dir", action=Once, type=Path, default=Path("results/runs"))
+    bench.add_argument("--out-dir", action=Once, type=Path, default=DEFAULT_ROOT / "runs", metavar="DIR",
+                       help=f"folder for one result file per run and the summary (default {DEFAULT_ROOT / 'runs'}/); "
+                            "files of the same names there are replaced")
     bench.add_argument("--quiet", action=OnceTrue)
     bench.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
                        help="vllm-scheduler: the small workloads on the simulator and on vLLM's scheduler "
@@ -68,7 +75,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         choices = [(SIMULATOR, ConnectorChoice.build()), (args.engine, ConnectorChoice.build(source="stock")),
                    (args.engine, ConnectorChoice.build())]
     else:
-        choices = [(SIMULATOR, ConnectorChoice.build(preset)) for preset in BENCH_CONNECTORS]
+        choices = [(SIMULATOR, ConnectorChoice.build(preset, disabled)) for preset, disabled in BENCH_CONNECTORS]
     plan = [(workload, engine, choice, out_dir / f"bench-{slug(workload.name)}-{slug(choice.label)}"
              f"{'' if engine == SIMULATOR else '-' + engine}.json")
             for workload in workloads for engine, choice in choices]
@@ -107,8 +114,8 @@ def _bench_table(rows) -> str:
         previous = row[0]
         lines.append("  ".join(str(v).ljust(widths[i]) if i < 2 else str(v).rjust(widths[i])
                                for i, v in enumerate(row)))
-    legend = ("last-blk: last_block_hit_rate  offload/gpu: hit rates  poison: poisoned_loads  "
-              "submit50/visib99: store delays (steps)  tok/s(mod): tokens_per_s_modeled")
+    legend = ("last-chunk: last_chunk_offloaded_rate  last-blk: last_block_hit_rate  offload/gpu: hit rates  "
+              "poison: poisoned_loads\nsubmit50/visib99: store delays (steps)  tok/s(mod): tokens_per_s_modeled")
     return "\n".join(lines + ["", legend])
 
 

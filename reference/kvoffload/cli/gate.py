@@ -6,8 +6,11 @@ The rules live in ``kvoffload.gate``; this module only parses the flags.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from kvoffload.cli.flags import Once, OnceTrue
+from kvoffload.cli.flags import Once, OnceTrue, UsageError
+from kvoffload.cli.outputs import check_output_file
+from kvoffload.tables import FORMATS
 
 
 def register(sub) -> None:
@@ -21,11 +24,20 @@ def register(sub) -> None:
                       help="this machine's name for measured numbers (default $KVOFFLOAD_MACHINE, else the host name)")
     gate.add_argument("--repeats", action=Once, type=int, default=1,
                       help="replays per run (the committed baseline uses 3 to measure the spread)")
+    gate.add_argument("--format", action=Once, choices=FORMATS, default="text",
+                      help="the comparison as text (default), json, csv (the rows only) or markdown; each row "
+                           "labelled better / worse / info by the glossary's direction")
     gate.set_defaults(handler=_cmd_gate)
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    from kvoffload.gate import run_gate
+    from kvoffload.gate import BASELINE, run_gate
 
+    if args.update:
+        if args.format != "text":
+            raise UsageError(f"--format {args.format} formats the comparison; --update compares nothing")
+        # The file to write is checked before the replays: a FIFO, a folder or a missing folder
+        # found only when the baseline is written would waste them (and a FIFO would block).
+        check_output_file("--baseline", Path(args.baseline) if args.baseline else BASELINE, create_parents=True)
     return run_gate(baseline=args.baseline, update=args.update, strict=args.strict, machine=args.machine,
-                    repeats=args.repeats)
+                    repeats=args.repeats, fmt=args.format)

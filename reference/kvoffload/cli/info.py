@@ -1,4 +1,4 @@
-"""The small commands: ``fixes``, ``workloads [list | show NAME]``, ``report``, ``compare A B``."""
+"""The small commands: ``fixes``, ``workloads [list | show NAME]``, ``report``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ import argparse
 from pathlib import Path
 
 from kvoffload.cli.flags import Once, UsageError
-from kvoffload.cli.outputs import check_output_dir, check_output_file
+from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
 from kvoffload.core.fixes import FIX_INFO, PRESETS, Fixes, presets_lacking
-from kvoffload.metrics import METRIC_NAMES, format_value
-from kvoffload.results import read_result
 from kvoffload.workloads import describe_workload, list_workloads, load_workload
 
 
@@ -23,14 +21,14 @@ def register(sub) -> None:
     workloads.set_defaults(handler=_cmd_workloads)
 
     report = sub.add_parser("report", help="draw charts from result files")
-    report.add_argument("--from", dest="source", action=Once, type=Path, default=Path("results"))
-    report.add_argument("--out", action=Once, type=Path, default=Path("results/charts"))
+    report.add_argument("--from", dest="source", action=Once, type=Path, default=DEFAULT_ROOT, metavar="DIR",
+                        help=f"folder of result files, read at any depth: run results and asv results under "
+                             f"DIR/asv/ (default {DEFAULT_ROOT}/, where run, bench and sweep write; the "
+                             f"published ones: --from results)")
+    report.add_argument("--out", action=Once, type=Path, default=DEFAULT_ROOT / "charts", metavar="DIR",
+                        help=f"folder for index.html and the figures (default {DEFAULT_ROOT / 'charts'}/); "
+                             "figures of an earlier report there are replaced")
     report.set_defaults(handler=_cmd_report)
-
-    compare = sub.add_parser("compare", help="two result files side by side")
-    compare.add_argument("a", type=Path)
-    compare.add_argument("b", type=Path)
-    compare.set_defaults(handler=_cmd_compare)
 
 
 def _cmd_fixes(args: argparse.Namespace) -> int:
@@ -72,27 +70,3 @@ def _cmd_report(args: argparse.Namespace) -> int:
     index = draw_report(args.source, out)
     print(f"charts: {index}")
     return 0
-
-
-def _cmd_compare(args: argparse.Namespace) -> int:
-    a, b = read_result(args.a), read_result(args.b)
-    label_a = f"{a['workload']['name']} [{a['connector']['label']}]"
-    label_b = f"{b['workload']['name']} [{b['connector']['label']}]"
-    width = max(len(name) for name in METRIC_NAMES)
-    print(f"{'metric':<{width}}  {'A':>12}  {'B':>12}  {'B - A':>12}")
-    for name in METRIC_NAMES:
-        va, vb = a["metrics"].get(name), b["metrics"].get(name)
-        print(f"{name:<{width}}  {format_value(name, va):>12}  {format_value(name, vb):>12}  "
-              f"{_difference(name, va, vb):>12}")
-    print(f"\nA: {args.a} {label_a}\nB: {args.b} {label_b}")
-    return 0
-
-
-def _difference(name: str, a, b) -> str:
-    """B - A with a sign; "-" when either side has no value; "0" when equal."""
-    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
-        return "-"
-    delta = b - a
-    if abs(delta) < 1e-12:
-        return "0"
-    return ("+" if delta > 0 else "") + format_value(name, delta)

@@ -27,6 +27,10 @@ from typing import Iterable
 from kvoffload import results
 from kvoffload.cli.flags import UsageError
 
+# Where run, bench, sweep and report write by default: a folder git ignores (.gitignore), so an
+# ad-hoc run never changes the committed results/ (only benchmarks/publish does, from a clean commit).
+DEFAULT_ROOT = Path("out")
+
 
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
@@ -148,7 +152,7 @@ def _check_name_lengths(flag: str, path: Path, folder: Path) -> None:
                              f"takes at most {name_max:,}")
     longest = max(len(os.fsencode(str(path))), len(os.fsencode(str(path.parent / temporary))))
     if longest >= path_max:
-        raise UsageError(f"{flag} {path}: a path of {longest:,} bytes (the temporary file's included); this "
+        raise UsageError(f"{flag} {path}: a path of up to {longest:,} bytes (the temporary file's included); this "
                          f"system takes at most {path_max - 1:,}")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
-from kvoffload.cli.outputs import check_distinct, check_output_file
+from kvoffload.cli.outputs import DEFAULT_ROOT, check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
@@ -18,15 +18,19 @@ from kvoffload.runner import RunOutcome, chrome_trace, replay_workload
 from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload
 
 
+REFERENCE = "reference"  # --preset reference: no preset, every fix on (sweep takes it the same way)
+
+
 def register(sub) -> None:
     run = sub.add_parser("run", help="replay one workload through one connector configuration")
     run.add_argument("--workload", action=Once, default=DEFAULT_WORKLOAD,
                      help="NAME | PATH.toml | mooncake:FILE | sharegpt:FILE")
     run.add_argument("--scheduling", action=Once, choices=("sync", "async"))
     run.add_argument("--disable-fix", action=Each, default=[], metavar="NAME")
-    run.add_argument("--preset", action=Once, metavar="NAME", help=f"one of {', '.join(PRESETS)}")
+    run.add_argument("--preset", action=Once, metavar="NAME",
+                     help=f"a vLLM release: one of {', '.join(PRESETS)}; 'reference' (the default) for all fixes on")
     run.add_argument("--set", action=Each, default=[], metavar="KEY=VALUE", dest="settings")
-    run.add_argument("--out", action=Once, type=Path, help="result JSON (default results/runs/<workload>-<label>.json)")
+    run.add_argument("--out", action=Once, type=Path, help=f"result JSON (default {DEFAULT_ROOT / 'runs'}/<workload>-<label>.json)")
     run.add_argument("--quiet", action=OnceTrue, help="no progress bar")
     run.add_argument("--max-steps", action=Once, type=_positive_int, metavar="N",
                      help="stop after N engine steps (the run then fails, exit 1, its result says so)")
@@ -67,6 +71,8 @@ def parse_settings(settings: Sequence[str], scheduling: str | None = None) -> di
 def connector_choice(preset: str | None, disabled: Sequence[str], source: str = "reference") -> ConnectorChoice:
     """The connector of ``--preset``/``--disable-fix``; disabling a fix the preset already lacks is
     an error (the label would name a change that is not one)."""
+    if preset == REFERENCE:  # as sweep --preset reference: the reference connector, every fix on
+        preset = None
     if source == "stock" and (preset or disabled):
         raise UsageError("--preset and --disable-fix change the reference connector, not --connector stock")
     choice = ConnectorChoice.build(preset, tuple(disabled), source)  # unknown names: ConfigError
@@ -99,7 +105,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = args.out
     if out is None:
         engine_part = "" if args.engine == SIMULATOR else f"-{args.engine}"
-        out = check_output_file("--out", Path("results/runs") / f"{slug(workload.name)}-{slug(choice.label)}"
+        out = check_output_file("--out", DEFAULT_ROOT / "runs" / f"{slug(workload.name)}-{slug(choice.label)}"
                                 f"{engine_part}.json", create_parents=True)
         check_distinct(outputs + [("--out", out)])
     options = engine_options(args.engine, args.model, not args.no_oracle and args.connector != "off")

@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
-from kvoffload.cli.outputs import check_output_dir, check_output_file
+from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
+from kvoffload.cli.run import REFERENCE
 from kvoffload.engine.config import EngineConfig
 from kvoffload.metrics import format_value
 from kvoffload.results import read_result
 from kvoffload.choice import ConnectorChoice
-from kvoffload.sweep import duplicates, plan_grid, run_grid, shard
+from kvoffload.sweep import check_cells, duplicates, plan_grid, run_grid, shard
 from kvoffload.workloads import WorkloadError
 from kvoffload.workloads.sizing import split_sizing
 
@@ -31,7 +32,8 @@ def register(sub) -> None:
     sweep.add_argument("--jobs", action=Once, type=int, default=1, help="local processes (default 1)")
     sweep.add_argument("--shard", action=Once, metavar="K/N",
                        help="run only cells K, K+N, K+2N, ... (0-based), e.g. a job array's task")
-    sweep.add_argument("--out-dir", action=Once, type=Path, default=Path("results/sweep"))
+    sweep.add_argument("--out-dir", action=Once, type=Path, default=DEFAULT_ROOT / "sweep", metavar="DIR",
+                       help=f"folder for one result file per cell (default {DEFAULT_ROOT / 'sweep'}/)")
     sweep.add_argument("--quiet", action=OnceTrue)
     sweep.set_defaults(handler=_cmd_sweep)
 
@@ -55,7 +57,7 @@ def _check_setting(key: str, value: str, flag: str) -> None:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise UsageError(f"--jobs expects at least 1, got {args.jobs}")
-    presets = [None if name == "reference" else name for name in (args.preset or ["reference"])]
+    presets = [None if name == REFERENCE else name for name in (args.preset or [REFERENCE])]
     for preset in presets:
         ConnectorChoice.build(preset)  # ConfigError naming an unknown preset
     fixed = [_pair(text, "--set") for text in args.settings]
@@ -74,11 +76,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     cells = plan_grid(args.workload, presets, grid, fixed)
     if twice := duplicates(cells):
         raise UsageError(f"two cells would write {twice[0]} (a value listed twice?)")
-    if args.shard is not None:
-        cells = shard(cells, *_parse_shard(args.shard))
+    share = _parse_shard(args.shard) if args.shard is not None else None
     out_dir = check_output_dir("--out-dir", args.out_dir)
-    for cell in cells:
+    for cell in cells:  # the whole grid's names, whichever share this job runs
         check_output_file("--out-dir", out_dir / cell.file_name(), create_parents=True)
+    if share is not None:
+        cells = shard(cells, *share)
+    check_cells(cells)  # every workload with every value, before the first replay
 
     bar = None
     if not args.quiet:

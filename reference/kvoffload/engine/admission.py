@@ -22,14 +22,33 @@ in docs/engine.md.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Callable
+from collections import deque
+from typing import Any, Callable, Protocol
 
 from kvoffload.core.types import RequestStatus, cdiv
 from kvoffload.engine import spec
+from kvoffload.engine.block_pool import BlockPool
+from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.live import LiveRequest, Phase
+from kvoffload.engine.observer import RunObserver
 
-if TYPE_CHECKING:
-    from kvoffload.engine.scheduler import SchedulerModel
+
+class SchedulerQueues(Protocol):
+    """What admission reads and changes of the scheduler that owns it all (``scheduler.py``'s
+    ``SchedulerModel``). Named here so the dependency runs one way: the scheduler imports
+    admission, never the reverse."""
+
+    config: EngineConfig
+    pool: BlockPool
+    connector: Any  # the connector's scheduler side under test
+    observer: RunObserver
+    waiting: deque[LiveRequest]
+    kv_holding: deque[LiveRequest]
+    running: list[LiveRequest]
+    finished: dict[str, LiveRequest]
+    inflight_prefills: dict[str, LiveRequest]
+
+    def commit_computed(self, live: LiveRequest, num_tokens: int) -> None: ...
 
 
 class Outcome(enum.Enum):
@@ -42,7 +61,7 @@ class Outcome(enum.Enum):
 
 
 class Admission:
-    def __init__(self, scheduler: "SchedulerModel"):
+    def __init__(self, scheduler: SchedulerQueues):
         self.scheduler = scheduler
         self.config = scheduler.config
         self.pool = scheduler.pool

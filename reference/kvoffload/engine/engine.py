@@ -33,12 +33,14 @@ from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.feed import ArrivalFeed
+from kvoffload.engine.final_chunks import FinalChunkWatch
 from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.oracle import KVOracle
 from kvoffload.engine.record import RunRecord
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.engine.scheduler import SchedulerModel, StepOutput
+from kvoffload.engine.spec import padding_never_fits
 from kvoffload.engine.watchdog import ProgressWatchdog
 from kvoffload.worker.connector import WorkerConnector
 from kvoffload.worker.kv import KVCache
@@ -90,6 +92,7 @@ class Engine:
                                         on_finished=self._finished)
         self.watchdog = ProgressWatchdog(config.store_completion_steps)
         self.observer.watchdog = self.watchdog
+        self.observer.final_chunks = FinalChunkWatch(self.oracle, config.tokens_per_chunk, config.offload_prompt_only)
         self._reset_at = set(reset_cache_at)
         self._pending_output: StepOutput | None = None  # async: the step whose output is unprocessed
         self._step = 0
@@ -111,6 +114,7 @@ class Engine:
                     break
                 if self._idle_steps >= STUCK_AFTER_STEPS:
                     self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding, *self.scheduler.waiting))
+                    self.record.stuck_message = self._why_stuck()
                     break
                 if self.skip_idle and self._skip_idle_gap():
                     continue
@@ -206,6 +210,19 @@ class Engine:
         self._step += 1
         self.record.steps = self._step
 
+    def _why_stuck(self) -> str:
+        stuck = self.record.stuck_requests
+        named = ", ".join(stuck[:3]) + (", ..." if len(stuck) > 3 else "")
+        message = (f"{len(stuck)} request{'s' * (len(stuck) > 1)} stuck ({named}): nothing was scheduled for "
+                   f"{STUCK_AFTER_STEPS} steps while they waited")
+        config, head = self.config, (self.scheduler.kv_holding or self.scheduler.waiting)[0]
+        if padding_never_fits(config) and head.req.num_computed_tokens == head.req.num_tokens - 1 > 0:
+            # vLLM 0.32 accepts the setting and hangs the same way (docs/engine.md, "Speculative decoding").
+            message += (f"; {head.req_id} has one token left to compute, admission pads it to a decode "
+                        f"step of 1 + spec_tokens = {1 + config.spec_tokens} tokens, over "
+                        f"max_num_batched_tokens={config.max_num_batched_tokens}, and schedules nothing instead")
+        return message
+
     def _check_fits(self, spec: RequestSpec) -> None:
         """vLLM rejects what can never fit (max_model_len); so do we (a streamed request at arrival)."""
         config = self.config
@@ -278,6 +295,8 @@ class Engine:
         if self.check_invariants and record.crash is None:
             self._check_invariants(full=True)
         record.wall_seconds = wall
+        record.final_chunks = self.observer.final_chunks.counted
+        record.final_chunks_offloaded = self.observer.final_chunks.offloaded
         record.lifecycle_violations = len(self.connector.manager.violations)
         if record.crash is None and not record.stuck_requests:
             record.leaked_requests = self.connector.tracked_request_ids()

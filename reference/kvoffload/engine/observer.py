@@ -46,6 +46,7 @@ class RunObserver:
         self._chunk_written_at: dict[tuple[str, int], int] = {}  # (request, chunk) -> step fully written
         self._forget_after_plan: list[tuple[str, int]] = []  # finished: (request, chunks it may have)
         self.watchdog = None  # the engine's ProgressWatchdog: told of every preemption
+        self.final_chunks = None  # the engine's FinalChunkWatch: told of every finish and store
 
     def timed(self, call, *args):
         """Call a connector method, adding its wall time to ``connector_seconds``."""
@@ -99,6 +100,8 @@ class RunObserver:
 
     def finished(self, live: LiveRequest) -> None:
         self.record.finished_requests += 1
+        if self.final_chunks is not None:
+            self.final_chunks.finished(live, live.status is RequestStatus.FINISHED_ABORTED)
         # Its chunks' write steps are read by its last store job, which the next plan builds at
         # the latest (the deferred final store, vLLM PR #48596): forgotten after that plan, so
         # this map follows live requests, not the trace.
@@ -150,6 +153,8 @@ class RunObserver:
         store = self.open_stores.pop(result.job_id, None)
         if store is None:
             return False
+        if self.final_chunks is not None and result.success:
+            self.final_chunks.stored(store.job)
         self.record.store_visible_delays.extend(step - written for written in store.written_at)
         return True
 

@@ -80,6 +80,9 @@ class KVOracle:
         # first read (its first forward or load check, not while it waits in the queue) and
         # dropped when it finishes: memory follows what runs, not the workload or its backlog.
         self._fp = _Fingerprints()
+        # The offload tier as an int64 view of each slot's fingerprint: what a store left there.
+        tier = kv.cpu.view(kv.num_cpu_chunks * tokens_per_chunk, kv.slot_bytes).view(torch.int64)[:, 0]
+        self._tier_fp_np = tier.numpy()
 
     def register(self, live) -> None:
         """A request arrived: its fingerprints are made from its scripted sequence when first read."""
@@ -89,6 +92,19 @@ class KVOracle:
         """A request finished: nothing reads its fingerprints again (loads check only live ones)."""
         self._fp.pop(live.req_id, None)
         self._fp.arrived.pop(live.req_id, None)
+
+    def is_live(self, req_id: str) -> bool:
+        """The request arrived and has not finished (its fingerprints can be read)."""
+        return req_id in self._fp or req_id in self._fp.arrived
+
+    def fingerprint(self, req_id: str, position: int) -> int:
+        """The KV a live request's ``position`` must hold."""
+        return int(self._fp[req_id][position])
+
+    def tier_fingerprint(self, chunk_slot: int) -> int:
+        """The fingerprint in the last position of the offload tier's ``chunk_slot`` (the chunk's
+        whole token prefix: equal for equal prefixes only)."""
+        return int(self._tier_fp_np[(chunk_slot + 1) * self.tokens_per_chunk - 1])
 
     def num_fingerprinted(self) -> int:
         """Requests whose fingerprints are held (live ones that ran or loaded)."""

@@ -77,6 +77,10 @@ class RunRecord:
     poisoned: list[PoisonedLoad] = field(default_factory=list)
     fence_violations: list[FenceViolation] = field(default_factory=list)
     continuations: list[Continuation] = field(default_factory=list)
+    # Finished requests with a fully-written chunk (within the prompt under offload_prompt_only),
+    # and those whose last such chunk reached the offload tier (engine/final_chunks.py).
+    final_chunks: int = 0
+    final_chunks_offloaded: int = 0
     store_submit_delays: list[int] = field(default_factory=list)  # per chunk, in steps
     store_visible_delays: list[int] = field(default_factory=list)
     connector_seconds: float = 0.0  # wall time inside connector calls, both sides
@@ -85,6 +89,7 @@ class RunRecord:
     crash: str | None = None
     crash_step: int | None = None
     stuck_requests: tuple[str, ...] = ()
+    stuck_message: str | None = None  # why nothing was scheduled for them (the run's error)
     leaked_requests: tuple[str, ...] = ()
     lifecycle_violations: int = 0
     invariant_failures: list[str] = field(default_factory=list)  # "step N: rule: message", all of them

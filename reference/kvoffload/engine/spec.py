@@ -40,6 +40,14 @@ def step_blocks(config: EngineConfig) -> int:
     return cdiv(1 + k, config.block_size) if k else 0
 
 
+def padding_never_fits(config: EngineConfig) -> bool:
+    """A padded decode step (``1 + k`` tokens) exceeds the whole token budget: a request admitted
+    with one token to compute is then never scheduled (``DecodePadding``). vLLM 0.32 accepts
+    such a setting: ``VllmConfig._set_max_num_scheduled_tokens`` rejects only a budget within the
+    drafter's extra slots, none for n-gram (``SpeculativeConfig.max_num_new_slots_for_drafting``)."""
+    return bool(config.spec_tokens) and 1 + config.spec_tokens > config.max_num_batched_tokens
+
+
 def running_share(live: LiveRequest, remaining: int, budget: int) -> tuple[int, int]:
     """(tokens, drafts) a running request is scheduled for: its ``remaining`` known tokens plus
     its draft slots, cut at the budget; the drafts are what lies past the known tokens."""

@@ -38,11 +38,13 @@ import stat
 from pathlib import Path
 
 from kvoffload.report.changes import read_changes
-from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_ablation, draw_capacity, draw_store_delays
+from kvoffload.report.delays import draw_store_delays
+from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_ablation, draw_capacity
 from kvoffload.report.history import draw_asv_history
 from kvoffload.report.page import Page, write_html, write_markdown
 from kvoffload.report.sources import (
     asv_param_names,
+    check_one_axis,
     check_source,
     find_asv_points,
     find_runs,
@@ -86,6 +88,7 @@ def draw_report(source: Path, out: Path) -> Path:
     source, out = Path(source), Path(out)
     check_source(source)
     runs, ignored = find_runs(source)
+    check_one_axis(runs)  # runs of two commits never share a chart
     points, units = find_asv_points(source / "asv")
     if not runs and not points:
         raise ResultError(f"{source}: no result files (expected kvoffload run results, *.json at any depth, "

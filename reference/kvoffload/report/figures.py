@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Sequence
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from kvoffload.metrics import GLOSSARY
 from kvoffload.report.sources import RunFile
@@ -23,7 +22,6 @@ from kvoffload.results import atomic_output
 DEFINITIONS = {name: definition for name, _, definition in GLOSSARY}
 ABLATION_METRICS = ("last_block_hit_rate", "poisoned_loads", "lifecycle_violations", "offload_hit_rate")
 CAPACITY_METRICS = ("offload_hit_rate", "last_block_hit_rate")
-DELAY_METRICS = ("store_submit_delay_steps", "store_visible_delay_steps")
 FILE_PATTERNS = ("ablation-*.png", "capacity-*.png", "store-delays-*.png", "asv-*.png",
                  "ablation-*.csv", "capacity-*.csv", "store-delays-*.csv", "asv-*.csv")
 
@@ -135,7 +133,7 @@ def ablation_set(runs: Sequence[RunFile]) -> list[RunFile]:
     return [best[label] for label in label_order(best)]
 
 
-def _footer(fig: Figure, runs: Sequence[RunFile], varied: tuple[str, ...] = ()) -> None:
+def footer(fig: Figure, runs: Sequence[RunFile], varied: tuple[str, ...] = ()) -> None:
     commits = sorted({(run.commit or "unknown")[:12] + ("-dirty" if (run.commit or "").endswith("-dirty") else "")
                       for run in runs})
     config = runs[0].config if runs else {}
@@ -145,20 +143,12 @@ def _footer(fig: Figure, runs: Sequence[RunFile], varied: tuple[str, ...] = ()) 
     fig.text(0.01, 0.01, text, fontsize=7, color="#555555")
 
 
-def _save(fig: Figure, out: Path, filename: str) -> str:
+def save_chart(fig: Figure, out: Path, filename: str) -> str:
     save_figure(fig, out / filename)
     return filename
 
 
-def _bar_labels(ax, bars, values, fmt) -> None:
-    for bar, value in zip(bars, values):
-        text = "n/a" if value is None else fmt(value)
-        height = 0.0 if value is None else value
-        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, height), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=7)
-
-
-def _number(value) -> float | None:
+def number_or_none(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -168,43 +158,113 @@ def _format(metric: str):
     return lambda v: f"{v:g}"
 
 
-def _tick_labels(runs: Sequence[RunFile]) -> list[str]:
+def tick_labels(runs: Sequence[RunFile]) -> list[str]:
     return [run.label.replace(" -", "\n-") + (" (crashed)" if run.crashed else "") for run in runs]
 
 
 # ---- (a) fix ablation -----------------------------------------------------------------------
 
 
+ZERO_METRICS = ("poisoned_loads", "lifecycle_violations")  # must be 0: any other value is a bug shown
+WARNING_COLOR = "#d62728"
+
+
+def ablation_groups(chosen: Sequence[RunFile]) -> list[tuple[str, list[RunFile]]]:
+    """The ablation's bar groups, in order: the reference, each fix off, the presets, others."""
+    kinds = (("reference", lambda label: label == "reference"),
+             ("reference, one fix off", lambda label: label.startswith("reference ")),
+             ("vLLM presets", lambda label: label.startswith("vllm-")))
+    groups = [(name, [run for run in chosen if test(run.label)]) for name, test in kinds]
+    claimed = {id(run) for _, runs in groups for run in runs}
+    groups.append(("other", [run for run in chosen if id(run) not in claimed]))
+    return [(name, runs) for name, runs in groups if runs]
+
+
+def ablation_colors(metric: str, runs: Sequence[RunFile]) -> list[str]:
+    """Each run's bar colour: by kind (reference, fix off, preset), or the warning colour where a
+    must-be-0 metric is not 0."""
+    return [WARNING_COLOR if metric in ZERO_METRICS and number_or_none(run.metrics.get(metric)) not in (None, 0)
+            else label_color(run.label) for run in runs]
+
+
 def draw_ablation(runs: Sequence[RunFile], out: Path) -> list[Chart]:
+    """Per workload: the reference, each fix off in turn, each preset; one panel per metric.
+
+    A must-be-0 metric that is not 0 is drawn in the warning colour and labelled; a panel whose
+    runs are all 0 or all n/a says so in words, and the title counts what the files hold.
+    """
     charts = []
     for workload, group in by_workload(runs).items():
         chosen = ablation_set(group)
-        fig = Figure(figsize=(4.2 * len(ABLATION_METRICS), 4.6), layout="constrained")
-        axes = fig.subplots(1, len(ABLATION_METRICS))
-        x = range(len(chosen))
-        for ax, metric in zip(axes, ABLATION_METRICS):
-            values = [_number(run.metrics.get(metric)) for run in chosen]
-            bars = ax.bar(x, [0.0 if v is None else v for v in values],
-                          color=[label_color(run.label) for run in chosen],
-                          hatch=["//" if run.crashed else "" for run in chosen], edgecolor="white")
-            _bar_labels(ax, bars, values, _format(metric))
-            direction = "higher is better" if metric.endswith("_rate") else "must be 0"
-            ax.set_title(f"{metric}\n({direction})", fontsize=10)
-            ax.set_xticks(list(x), _tick_labels(chosen), rotation=30, ha="right", fontsize=8)
-            if metric.endswith("_rate"):
-                ax.set_ylim(0, 1.12)
-            else:
-                top = max([v for v in values if v is not None] + [0.0])
-                ax.set_ylim(0, max(1.0, top * 1.15))
-            ax.grid(axis="y", alpha=0.3)
-        fig.suptitle(f"Fix ablation: {workload} (reference vs fixes off vs vLLM presets)", fontsize=12)
-        _footer(fig, chosen)
-        fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
-        filename = _save(fig, out, f"ablation-{slug(workload)}.png")
-        caption = "; ".join(f"{m}: {DEFINITIONS[m]}" for m in ABLATION_METRICS)
-        charts.append(Chart(FIX_VALUE, f"{workload}: reference vs fixes off vs presets", filename, caption,
-                            run_provenance(chosen)))
+        groups = ablation_groups(chosen)
+        ordered = [run for _, members in groups for run in members]
+        width = max(5.5, 0.42 * len(ordered) + 1.6)
+        fig = Figure(figsize=(2 * width, 2 * 4.2), layout="constrained")
+        for ax, metric in zip(fig.subplots(2, 2).ravel(), ABLATION_METRICS):
+            _ablation_panel(ax, metric, ordered, groups)
+        fixes_off = sum(len(members) for name, members in groups if name == "reference, one fix off")
+        presets = sum(len(members) for name, members in groups if name == "vLLM presets")
+        fig.suptitle(f"Fix ablation: {workload}: the reference, {fixes_off} fix flag(s) off in turn, "
+                     f"{presets} vLLM preset(s)", fontsize=12)
+        footer(fig, ordered)
+        fig.get_layout_engine().set(rect=(0, 0.03, 1, 0.97))
+        filename = save_chart(fig, out, f"ablation-{slug(workload)}.png")
+        caption = ("Bars: green the reference (every fix), orange the reference with one fix flag off, blue a "
+                   f"vLLM release preset; red: a must-be-0 count that is not 0. "
+                   + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in ABLATION_METRICS))
+        charts.append(Chart(FIX_VALUE, f"fix ablation: {workload}", filename, caption, run_provenance(ordered),
+                            table=run_table(ordered, ABLATION_METRICS)))
     return charts
+
+
+def _ablation_panel(ax, metric: str, ordered: Sequence[RunFile], groups) -> None:
+    values = [number_or_none(run.metrics.get(metric)) for run in ordered]
+    colors = ablation_colors(metric, ordered)
+    warn = [color == WARNING_COLOR for color in colors]
+    x = list(range(len(ordered)))
+    bars = ax.bar(x, [0.0 if v is None else v for v in values], color=colors,
+                  hatch=["//" if run.crashed else "" for run in ordered], edgecolor="white")
+    for bar, value, w in zip(bars, values, warn):
+        text = "n/a" if value is None else _format(metric)(value)
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, 0.0 if value is None else value), xytext=(0, 2),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=7 if not w else 8,
+                    color=WARNING_COLOR if w else "black", fontweight="bold" if w else "normal", rotation=90)
+    direction = "higher is better" if metric.endswith("_rate") else "must be 0"
+    ax.set_title(f"{metric} ({direction})", fontsize=10, pad=14)
+    ax.set_xticks(x, [label.removeprefix("reference\n") for label in tick_labels(ordered)], rotation=40,
+                  ha="right", fontsize=7)
+    known = [v for v in values if v is not None]
+    if metric.endswith("_rate"):
+        ax.set_ylim(0, 1.25)
+    else:
+        ax.set_ylim(0, max(1.0, max(known + [0.0]) * 1.3))
+    if not known:
+        ax.text(0.5, 0.55, f"n/a for every run: {_NA_REASONS.get(metric, 'no value in these results')}",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="#555555", wrap=True)
+    elif metric in ZERO_METRICS and not any(warn):
+        ax.text(0.5, 0.55, "0 for every run", transform=ax.transAxes, ha="center", va="center", fontsize=10,
+                color=REFERENCE_COLOR)
+    start = 0
+    for name, members in groups:  # group separators and names under the bars
+        if start:
+            ax.axvline(start - 0.5, color="#999999", linewidth=0.8)
+        ax.annotate(name, ((start + start + len(members) - 1) / 2, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7,
+                    color="#555555")
+        start += len(members)
+    ax.set_xlim(-0.6, len(ordered) - 0.4)
+    ax.grid(axis="y", alpha=0.3)
+
+
+_NA_REASONS = {"last_block_hit_rate": "no continuation of a finished request here (last_block_eligible 0)"}
+
+
+def run_table(runs: Sequence[RunFile], metrics: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """The chart's data, one row per run: label, result file, commit, then each metric (CSV)."""
+    header = ("workload", "connector", "cpu_chunks", "result file", "commit", *metrics)
+    return (header, *((run.workload, run.label, str(run.config.get("cpu_chunks", "")), str(run.path),
+                       run.commit or "", *("" if number_or_none(run.metrics.get(m)) is None else repr(run.metrics[m])
+                                           for m in metrics)) for run in runs))
 
 
 # ---- (b) hit rate against CPU capacity --------------------------------------------------------
@@ -244,7 +304,7 @@ def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         for ax, metric in zip(axes, CAPACITY_METRICS):
             for name, points in series.items():
                 xs = [run.config["cpu_chunks"] for run in points]
-                ys = [_number(run.metrics.get(metric)) for run in points]
+                ys = [number_or_none(run.metrics.get(metric)) for run in points]
                 ax.plot(xs, [float("nan") if y is None else y for y in ys], marker="o",
                         color=label_color(points[0].label), label=name)
             ax.set_xscale("log", base=2)
@@ -259,89 +319,16 @@ def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="outside right upper", fontsize=8)
         fig.suptitle(f"Hit rate against CPU capacity: {workload}", fontsize=12)
-        _footer(fig, [run for points in series.values() for run in points], varied=("cpu_chunks",))
+        footer(fig, [run for points in series.values() for run in points], varied=("cpu_chunks",))
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
-        filename = _save(fig, out, f"capacity-{slug(workload)}.png")
+        filename = save_chart(fig, out, f"capacity-{slug(workload)}.png")
         charts.append(Chart(RELEASE_LOSS, f"hit rate against CPU capacity: {workload}", filename,
                             "runs that differ only in config.cpu_chunks; "
                             + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in CAPACITY_METRICS),
-                            run_provenance([run for points in series.values() for run in points])))
+                            run_provenance([run for points in series.values() for run in points]),
+                            table=run_table([run for points in series.values() for run in points],
+                                            CAPACITY_METRICS)))
     return charts
-
-
-# ---- (c) store delays -----------------------------------------------------------------------
-
-
-def draw_store_delays(runs: Sequence[RunFile], out: Path) -> list[Chart]:
-    """Per workload: the full delay distributions (cumulative) where every run keeps them, else
-    the p50/p99 bars of the percentiles a result always has."""
-    charts = []
-    for workload, group in by_workload(runs).items():
-        chosen = ablation_set(group)
-        full = all(metric in run.distributions for run in chosen for metric in DELAY_METRICS)
-        fig = _delay_distributions(chosen) if full else _delay_percentiles(chosen)
-        fig.suptitle(f"Store delays: {workload}", fontsize=12)
-        _footer(fig, chosen)
-        fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
-        filename = _save(fig, out, f"store-delays-{slug(workload)}.png")
-        kept = ("the whole distribution of each run (share of stored chunks with a delay of at most x steps)" if full
-                else "p50 and p99 of each run (these result files keep the percentiles only)")
-        charts.append(Chart(RELEASE_LOSS, f"store delays: {workload}", filename,
-                            f"{kept}. store_submit_delay_steps: {DEFINITIONS['store_submit_delay_steps_p50']}; "
-                            f"store_visible_delay_steps: {DEFINITIONS['store_visible_delay_steps_p50']}",
-                            run_provenance(chosen)))
-    return charts
-
-
-def _delay_distributions(chosen: Sequence[RunFile]) -> Figure:
-    fig = Figure(figsize=(12.0, 4.6), layout="constrained")
-    axes = fig.subplots(1, len(DELAY_METRICS))
-    colors = distinct_colors([run.label for run in chosen])
-    for ax, metric in zip(axes, DELAY_METRICS):
-        for run in sorted(chosen, key=lambda r: r.label == "reference"):  # the reference drawn last, on top
-            counts = run.distributions[metric]
-            total = sum(counts.values())
-            if not total:
-                continue
-            xs, ys, seen = [], [], 0
-            for steps in sorted(counts):
-                seen += counts[steps]
-                xs.append(steps)
-                ys.append(seen / total)
-            is_reference = run.label == "reference"
-            ax.step(xs, ys, where="post", color=colors[run.label], linewidth=2.4 if is_reference else 1.3,
-                    zorder=4 if is_reference else 2, label=f"{run.label} ({total} chunks)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # delays are whole steps
-        ax.set_xlabel("delay (engine steps)")
-        ax.set_ylabel("share of stored chunks (cumulative)")
-        ax.set_ylim(0, 1.02)
-        ax.set_xlim(left=-0.5)
-        ax.set_title(f"{metric}\n(left and high is better)", fontsize=10)
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0].get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: label_order([r.label for r in chosen]).index(labels[i].split(" (")[0]))
-    fig.legend([handles[i] for i in order], [labels[i] for i in order], loc="outside right upper", fontsize=8)
-    return fig
-
-
-def _delay_percentiles(chosen: Sequence[RunFile]) -> Figure:
-    fig = Figure(figsize=(max(8.0, 1.6 * len(chosen) * len(DELAY_METRICS)), 4.4), layout="constrained")
-    axes = fig.subplots(1, len(DELAY_METRICS))
-    width = 0.38
-    for ax, metric in zip(axes, DELAY_METRICS):
-        x = list(range(len(chosen)))
-        for offset, (pct, alpha) in zip((-width / 2, width / 2), (("p50", 1.0), ("p99", 0.45))):
-            values = [_number(run.metrics.get(f"{metric}_{pct}")) for run in chosen]
-            bars = ax.bar([i + offset for i in x], [0.0 if v is None else v for v in values], width,
-                          color=[label_color(run.label) for run in chosen], alpha=alpha, label=pct)
-            _bar_labels(ax, bars, values, lambda v: f"{v:g}")
-        ax.set_xticks(x, _tick_labels(chosen), rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("steps")
-        ax.set_title(f"{metric}: p50 (solid), p99 (light)\n(lower is better)", fontsize=10)
-        top = max([_number(run.metrics.get(f"{metric}_p99")) or 0.0 for run in chosen] + [1.0])
-        ax.set_ylim(0, top * 1.2)
-        ax.grid(axis="y", alpha=0.3)
-    return fig
 
 
 _FIX_OFF_SHADES = ("#e07b39", "#b5541b", "#f0a470", "#8c3b0d", "#f6c8a4")

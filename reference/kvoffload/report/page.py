@@ -73,8 +73,8 @@ def _anchor(text: str) -> str:
 
 
 STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0 1em}"
-         "img{width:100%;height:auto;border:1px solid #ddd;display:block}"
-         ".chart{position:relative}.chart a.slot{position:absolute;display:block}"
+         "img{max-width:100%;height:auto;border:1px solid #ddd;display:block}"
+         ".chart{position:relative;display:inline-block;max-width:100%}.chart a.slot{position:absolute;display:block}"
          ".chart a.slot:hover{background:rgba(123,50,148,0.12)}"
          "table{border-collapse:collapse;font-size:0.85em}"
          "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}"

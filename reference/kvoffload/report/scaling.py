@@ -14,6 +14,8 @@ from typing import Sequence
 
 from matplotlib.figure import Figure
 
+from kvoffload.report.figures import save_figure
+
 
 @dataclass(frozen=True)
 class ScalingPoint:
@@ -28,7 +30,7 @@ def draw_scaling(points: Sequence[ScalingPoint], out: Path, title: str = "Replay
     """One PNG: wall time (left) and peak RSS (right) against requests, per series."""
     if not points:
         raise ValueError("no scaling points to draw")
-    figure = Figure(figsize=(10, 4.2), layout="constrained")
+    figure = Figure(figsize=(12, 4.4), layout="constrained")
     time_axes, memory_axes = figure.subplots(1, 2)
     series = sorted({point.series for point in points})
     for name in series:
@@ -48,9 +50,9 @@ def draw_scaling(points: Sequence[ScalingPoint], out: Path, title: str = "Replay
         axes.set_xlabel("requests replayed (first N of the trace)")
         axes.set_ylabel(label)
         axes.grid(True, which="both", alpha=0.3)
-    time_axes.legend(fontsize="small")
+    handles, labels = time_axes.get_legend_handles_labels()  # beside the panels, never over a point
+    figure.legend(handles, labels, loc="outside right upper", fontsize="small")
     figure.suptitle(f"{title}\n(dotted: linear growth from the smallest point; dashed: CPU seconds)",
                     fontsize="medium")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=110)
+    save_figure(figure, out)
     return out

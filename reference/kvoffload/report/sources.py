@@ -102,6 +102,23 @@ def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
     return runs, ignored
 
 
+def check_one_axis(runs: list[RunFile]) -> None:
+    """Every chart of a workload puts its runs on one axis, so they must come from one commit:
+    a bar from an ad-hoc run beside a bench run of another commit (or of the same commit with
+    uncommitted changes, ``-dirty``) would compare two programs without saying so. Raises
+    ResultError naming two such files; the report draws nothing then."""
+    first_of: dict[tuple[str, str], RunFile] = {}
+    for run in runs:
+        commit = run.commit or "unknown"
+        first_of.setdefault((run.workload, commit), run)
+        other = next((seen for (workload, seen_commit), seen in first_of.items()
+                      if workload == run.workload and seen_commit != commit), None)
+        if other is not None:
+            raise ResultError(f"{other.path} (commit {other.commit or 'unknown'}) and {run.path} (commit {commit}) "
+                              f"are runs of {run.workload} from different commits: a chart cannot put them on one "
+                              f"axis; give --from a folder with one commit's runs")
+
+
 def _distributions(raw: Any) -> dict[str, dict[int, int]]:
     """A result's ``distributions`` ({metric: {"steps": chunks}}); what is malformed is left out."""
     found: dict[str, dict[int, int]] = {}

@@ -30,10 +30,10 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
 from vllm.v1.structured_output import StructuredOutputManager
-from vllm.v1.worker.utils import allocate_kv_cache
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
+from kvoffload.vllm.compat import allocate_kv_caches, use_kv_cache_layout
 
 TINY_MODEL_DIR = Path(__file__).with_name("tiny_llama")
 # The KV shape of tiny_llama/config.json (a test checks the two agree).
@@ -73,8 +73,11 @@ class ConnectorLoad:
         if self.source == STOCK:
             from kvoffload.vllm.stock import SPEC_MODULE, SPEC_NAME
 
-            chunk_bytes = chunk_bytes_on_host(engine)
-            extra = {**common, "cpu_bytes_to_use": engine.cpu_chunks * chunk_bytes,
+            # The chunk size in tokens (``block_size``): every release since 0.25 reads it, while
+            # ``blocks_per_chunk`` arrived in 0.26 (compat/v0_26.py).
+            common = {**common, "block_size": engine.tokens_per_chunk}
+            del common["blocks_per_chunk"]
+            extra = {**common, "cpu_bytes_to_use": engine.cpu_chunks * chunk_bytes_on_host(engine),
                      "spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE}
             return KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
                                     kv_connector_extra_config=extra)
@@ -129,8 +132,7 @@ def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, m
     config.scheduler_config.async_scheduling = engine.scheduling == "async"
     config.cache_config.num_gpu_blocks = engine.gpu_blocks
     config.cache_config.num_gpu_blocks_override = engine.gpu_blocks
-    layout = connector_class.get_required_kvcache_layout(config) or DEFAULT_LAYOUT
-    config.cache_config.kv_cache_layout = layout
+    use_kv_cache_layout(config, connector_class.get_required_kvcache_layout(config) or DEFAULT_LAYOUT)
     return config
 
 
@@ -155,8 +157,7 @@ def build_scheduler(config: VllmConfig, kv_cache_config):
 def build_worker_side(config: VllmConfig, kv_cache_config):
     """vLLM's paged KV tensors (one buffer, a strided view per layer) and the connector's
     worker role registered on them, as ``GPUModelRunner.initialize_kv_cache`` does."""
-    layout = config.cache_config.get_resolved_kv_cache_layout()
-    kv_caches = allocate_kv_cache(kv_cache_config, torch.device("cpu"), layout)
+    kv_caches = allocate_kv_caches(config, kv_cache_config)
     with set_current_vllm_config(config):
         connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
         connector.register_kv_caches(kv_caches)

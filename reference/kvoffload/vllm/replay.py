@@ -58,7 +58,7 @@ WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv"
 # the simulator's cycle detector (livelock) and invariant checks run inside its engine only.
 UNMEASURED = ("fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
               "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
-              "livelock", "invariant_violations")
+              "livelock", "invariant_violations", "last_chunk_offloaded_rate")
 
 
 class VllmSchedulerReplay:

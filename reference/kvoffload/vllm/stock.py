@@ -16,6 +16,7 @@ from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult as VllmTran
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
 from kvoffload.core.types import ConfigError, TransferJob, TransferKind
+from kvoffload.vllm.compat import offload_geometry
 from kvoffload.vllm.regions import BlockRegion, make_handler
 
 SPEC_NAME = "TorchCopyOffloadingSpec"
@@ -69,8 +70,9 @@ class TorchCopyOffloadingSpec(CPUOffloadingSpec):
                 raise ConfigError("TorchCopyOffloadingSpec supports one KV cache group")
             regions = [BlockRegion(t.tensor, (f"tensor {i}",))
                        for i, t in enumerate(kv_caches.tensors)]
-            handler = make_handler(regions, self.tokens_per_block[0], self.num_chunks, self.blocks_per_chunk,
+            tokens_per_block, blocks_per_chunk, num_chunks = offload_geometry(self)
+            handler = make_handler(regions, tokens_per_block, num_chunks, blocks_per_chunk,
                                    self.extra_config.get("transfer", "auto"),
                                    int(self.extra_config.get("completion_steps", 1)))
-            self._handler_worker = HandlerOffloadingWorker(handler, self.blocks_per_chunk)
+            self._handler_worker = HandlerOffloadingWorker(handler, blocks_per_chunk)
         return self._handler_worker

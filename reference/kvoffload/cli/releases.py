@@ -1,0 +1,131 @@
+"""``kvoffload releases``: every real vLLM release beside the preset that re-creates it.
+
+For each release (default: one per minor, 0.25.0 to 0.32.0) the command starts that release's
+venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise; ``scripts/setup-vllm VERSION``
+creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
+replays the same workloads in the simulator with the release's preset (``kvoffload.releases``).
+The table goes to ``results/releases/releases.json`` and stdout. Subprocesses run with a pinned
+``PYTHONHASHSEED`` (vLLM keeps finished requests in a set) and are bounded by ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import kvoffload
+from kvoffload.cli.flags import Once, OnceTrue, UsageError
+from kvoffload.cli.outputs import check_output_file
+from kvoffload.metrics import format_value
+from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, SMALL_WORKLOADS, compare,
+                                known_preset, preset_label, simulator_row, venv_name)
+from kvoffload.results import write_atomic
+
+HASH_SEED = "0"
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("releases", help="replay the workloads through real vLLM releases, beside their presets")
+    parser.add_argument("--release", action="append", metavar="VERSION",
+                        help=f"a release to run (repeatable; default: {', '.join(RELEASES)})")
+    parser.add_argument("--full", action=OnceTrue, help="also the full workloads (minutes per release)")
+    parser.add_argument("--workload", action="append", metavar="NAME", help="only these workloads (repeatable)")
+    parser.add_argument("--scheduling", action="append", choices=SCHEDULINGS, help="only this scheduling")
+    parser.add_argument("--out", action=Once, type=Path, default=Path("results/releases/releases.json"))
+    parser.add_argument("--timeout", action=Once, type=int, default=3600, metavar="S",
+                        help="seconds one release's replays may take in all (default 3600)")
+    parser.set_defaults(handler=_cmd_releases)
+
+
+def _cmd_releases(args: argparse.Namespace) -> int:
+    releases = args.release or list(RELEASES)
+    for release in releases:
+        if release not in RELEASES:
+            raise UsageError(f"--release {release}: no preset is mapped to it (known: {', '.join(RELEASES)})")
+    missing = [r for r in releases if not (Path(venv_name(r)) / "bin" / "python").exists()]
+    if missing:
+        raise UsageError(f"no venv for {', '.join(missing)}: create it with "
+                         + "; ".join(f"./scripts/setup-vllm {r}" for r in missing))
+    workloads = args.workload or [*SMALL_WORKLOADS, *(FULL_WORKLOADS if args.full else ())]
+    schedulings = args.scheduling or list(SCHEDULINGS)
+    out = check_output_file("--out", args.out, create_parents=True)
+    jobs = [(w, s) for w in workloads for s in schedulings]
+    started = time.perf_counter()
+    presets: dict[tuple, object] = {}
+    entries = []
+    for release in releases:
+        preset = known_preset(release)
+        rows, seconds = _release_rows(release, jobs, args.timeout)
+        compared = []
+        for real in rows:
+            key = (real["workload"], real["scheduling"], preset)
+            if key not in presets:
+                presets[key] = simulator_row(*key)
+            compared.append(compare(real, presets[key]))
+        entries.append({"release": release, "preset": preset_label(release), "seconds": round(seconds, 1),
+                        "rows": compared})
+        print(_table([entries[-1]]), flush=True)
+    elapsed = time.perf_counter() - started
+    write_atomic(out, {"schema": SCHEMA, "hash_seed": int(HASH_SEED), "seconds": round(elapsed, 1),
+                       "releases": entries})
+    print(f"\n{len(releases)} releases x {len(jobs)} replays in {elapsed:.0f} s; table in {out}")
+    return 0
+
+
+def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int) -> tuple[list[dict], float]:
+    """The release's rows, from its own venv; a release that dies or hangs is a usage-level
+    failure of this command (one line), not a row."""
+    python = Path(venv_name(release)) / "bin" / "python"
+    source_root = Path(kvoffload.__file__).resolve().parents[1]  # this checkout's code in every venv
+    env = {**os.environ, "PYTHONHASHSEED": HASH_SEED, "VLLM_LOGGING_LEVEL": "ERROR",
+           "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    command = [str(python), "-m", "kvoffload.vllm.rows", *(f"{w}:{s}" for w, s in jobs)]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"vLLM {release}: its replays took more than --timeout {timeout} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UsageError(f"vLLM {release}: {python} exited {done.returncode}: {last}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if len(rows) != len(jobs):
+        raise UsageError(f"vLLM {release}: {len(rows)} rows for {len(jobs)} replays")
+    return rows, time.perf_counter() - started
+
+
+def _table(entries: list[dict]) -> str:
+    lines = []
+    for entry in entries:
+        lines.append(f"\nvLLM {entry['release']} (stock connector) beside {entry['preset']} "
+                     f"({entry['seconds']:.0f} s)")
+        lines.append(f"  {'workload':<20} {'sched':<5} {'agree':>9}  {'GPU-hit r/p':>15}  {'conn-hit r/p':>15}  "
+                     f"{'poison':>7}  {'crash':>9}  {'leaked':>7}  {'last-blk':>11}  {'offload':>11}")
+        for row in entry["rows"]:
+            if "setup_error" in row:
+                lines.append(f"  {row['workload']:<20} {row['scheduling']:<5} setup failed: {row['setup_error']}")
+                continue
+            totals, zero = row["totals"], row["zero_metrics"]
+            real, sim = row["release"]["metrics"], row["preset"]["metrics"]
+
+            def pair(name, a, b):
+                return f"{format_value(name, a)}/{format_value(name, b)}"
+
+            crash = pair("crashes", zero["crashes"]["release"], zero["crashes"]["preset"])
+            lines.append(
+                f"  {row['workload']:<20} {row['scheduling']:<5} {row['agreeing']:>4}/{row['requests']:<4}"
+                f"  {totals['release']['gpu_hit_tokens']:>7}/{totals['preset']['gpu_hit_tokens']:<7}"
+                f"  {totals['release']['connector_hit_tokens']:>7}/{totals['preset']['connector_hit_tokens']:<7}"
+                f"  {pair('poisoned_loads', zero['poisoned_loads']['release'], zero['poisoned_loads']['preset']):>7}"
+                f"  {crash:>9}  {pair('leaked_requests', zero['leaked_requests']['release'], zero['leaked_requests']['preset']):>7}"
+                f"  {pair('last_block_hit_rate', real.get('last_block_hit_rate'), sim.get('last_block_hit_rate')):>11}"
+                f"  {pair('offload_hit_rate', real.get('offload_hit_rate'), sim.get('offload_hit_rate')):>11}")
+            for side in ("release", "preset"):
+                error = row[side]["error"]
+                if error:
+                    lines.append(f"      {side} crashed at step {error['step']}: {error['message'][:160]}")
+    return "\n".join(lines)

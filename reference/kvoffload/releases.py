@@ -1,0 +1,130 @@
+"""Real vLLM releases against the presets that re-create them (``kvoffload releases``).
+
+Each release runs in its own venv (``scripts/setup-vllm VERSION``), in a subprocess, since one
+process can import only one vLLM: ``kvoffload.vllm.rows`` replays the workloads through that
+release's scheduler and stock connector. This module owns what the rows are compared with: the
+simulator replaying the same workload with the release's preset (:data:`PRESET_OF`), and the
+comparison itself. It never imports vLLM.
+
+Per row (workload x scheduling): per request, the first admission's GPU-hit and connector-hit
+tokens must be equal; the totals of both; every zero-metric; a crash with its exception and step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvoffload.core.fixes import PRESETS, Fixes
+from kvoffload.metrics import compute_metrics
+from kvoffload.workloads import load_workload
+
+SCHEMA = "kvoffload-bench/releases/v1"
+# The release CI's vllm stage installs as .venv-vllm; every other one is .venv-vllm-VERSION.
+CI_RELEASE = "0.32.0"
+# vLLM release -> the preset that re-creates it (None: the reference, which follows 0.32).
+# 0.27.1 and 0.28.0 have no preset of their own. The nearest is vllm-0.29: every fix flag whose
+# first release is 0.27.0 or earlier (core/fixes.py, FIX_INFO) is in them, final_token_watermark
+# (0.30.0) is not, and the CPU tier still ranks by touch-on-access (until 0.30).
+PRESET_OF: dict[str, str | None] = {
+    "0.25.0": "vllm-0.25",
+    "0.26.0": "vllm-0.26",
+    "0.27.1": "vllm-0.29",
+    "0.28.0": "vllm-0.29",
+    "0.29.0": "vllm-0.29",
+    "0.30.0": "vllm-0.30",
+    "0.31.0": None,
+    "0.32.0": None,
+}
+RELEASES = tuple(PRESET_OF)
+SMALL_WORKLOADS = ("shared-prefix-small", "multi-turn-small", "spec-decode-small")
+FULL_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
+SCHEDULINGS = ("sync", "async")
+# Metrics that must be zero (a bug when not), compared one by one; "-" where an engine cannot see one.
+ZERO_METRICS = ("poisoned_loads", "crashes", "lifecycle_violations", "leaked_requests", "stuck_requests",
+                "fence_violations")
+# The release table (results/releases/releases.json, the report's "vLLM releases").
+TABLE_METRICS = ("last_block_hit_rate", "poisoned_loads", "crashes", "store_submit_delay_steps_p50",
+                 "store_submit_delay_steps_p99", "offload_hit_rate", "connector_us_per_step")
+
+
+def venv_name(release: str) -> str:
+    return ".venv-vllm" if release == CI_RELEASE else f".venv-vllm-{release}"
+
+
+def preset_label(release: str) -> str:
+    return PRESET_OF.get(release) or "reference"
+
+
+@dataclass
+class SimulatorRow:
+    metrics: dict
+    error: dict | None
+    first_admission: dict[str, list[int]]
+
+
+def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> SimulatorRow:
+    """The simulator's replay of the workload with the preset (None: the reference)."""
+    from kvoffload.engine.engine import Engine
+
+    workload = load_workload(workload_name, {"scheduling": scheduling})
+    engine = Engine(workload.requests, workload.engine, Fixes.preset(preset) if preset else Fixes())
+    first = _observe_first_admissions(engine.connector)
+    record = engine.run()
+    error = None if record.crash is None else {"message": record.crash, "step": record.crash_step}
+    return SimulatorRow(compute_metrics(record), error, first)
+
+
+def _observe_first_admissions(core) -> dict[str, list[int]]:
+    """Per request, (GPU-hit tokens, connector-hit tokens) at its first admission, as the vLLM
+    engine's ledger counts them (``kvoffload.vllm.observe``): the after-alloc call that follows
+    a lookup."""
+    first: dict[str, list[int]] = {}
+    local_at_lookup: dict[str, int] = {}
+    lookup, after_alloc = core.get_num_new_matched_tokens, core.update_state_after_alloc
+
+    def observed_lookup(req, num_local):
+        local_at_lookup[req.req_id] = num_local
+        return lookup(req, num_local)
+
+    def observed_after_alloc(req, block_ids, num_external):
+        num_local = local_at_lookup.pop(req.req_id, None)
+        if num_local is not None:
+            first.setdefault(req.req_id, [num_local, num_external])
+        return after_alloc(req, block_ids, num_external)
+
+    core.get_num_new_matched_tokens = observed_lookup
+    core.update_state_after_alloc = observed_after_alloc
+    return first
+
+
+def compare(release_row: dict, simulated: SimulatorRow) -> dict:
+    """One row of the release table: the release beside its preset."""
+    row = {"workload": release_row["workload"], "scheduling": release_row["scheduling"]}
+    if "setup_error" in release_row:
+        row["setup_error"] = release_row["setup_error"]
+        return row
+    real, sim = release_row["first_admission"], simulated.first_admission
+    ids = sorted(set(real) | set(sim))
+    differing = [req_id for req_id in ids if real.get(req_id) != sim.get(req_id)]
+    row["requests"] = len(ids)
+    row["agreeing"] = len(ids) - len(differing)
+    row["first_differences"] = [{"request": r, "release": real.get(r), "preset": sim.get(r)} for r in differing[:5]]
+    row["totals"] = {side: {"gpu_hit_tokens": sum(hits[0] for hits in seen.values()),
+                            "connector_hit_tokens": sum(hits[1] for hits in seen.values())}
+                     for side, seen in (("release", real), ("preset", sim))}
+    row["release"] = {"metrics": release_row["metrics"], "error": release_row["error"],
+                      "leaked": release_row["leaked"], "seconds": release_row.get("seconds")}
+    row["preset"] = {"metrics": simulated.metrics, "error": simulated.error}
+    measured = release_row["metrics"]
+    row["zero_metrics"] = {name: {"release": measured.get(name), "preset": simulated.metrics.get(name)}
+                           for name in ZERO_METRICS}
+    row["agree"] = (not differing and row["totals"]["release"] == row["totals"]["preset"]
+                    and all(v["release"] is None or v["release"] == v["preset"] for v in row["zero_metrics"].values())
+                    and (release_row["error"] is None) == (simulated.error is None))
+    return row
+
+
+def known_preset(release: str) -> str | None:
+    preset = PRESET_OF[release]
+    assert preset is None or preset in PRESETS, preset  # one preset list (core/fixes.py)
+    return preset

@@ -1,0 +1,47 @@
+"""vLLM 0.29: every layer's KV cache in one buffer, laid out by a named layout (RFC #42082).
+
+From 0.29, ``vllm.v1.worker.utils.allocate_kv_cache`` places all layers in one backing
+allocation and views each as ``[B, H, N, C]`` by ``CacheConfig.kv_cache_layout`` (the stock
+connector asks for ``LBHNC``, ``OffloadingConnector.get_required_kvcache_layout``).
+
+Before 0.29 (``GPUModelRunner._allocate_kv_cache_tensors`` in 0.25-0.28) each layer got its own
+zeroed tensor of ``num_blocks`` pages, block ``b`` at ``b * page_size_bytes`` (the offloading
+worker's ``register_kv_caches`` assumes exactly that for unpacked layers), and the attention
+backend gave it its shape; the connector's layout (``HND``) was a stride order for that backend,
+which the fake model has none of. :func:`allocate_before` keeps the same bytes per layer and
+block: the layers' page arrays one after the other in one buffer (the fingerprint cells read all
+layers through one buffer), each viewed as ``[B, H, N, C]`` with C holding K and V.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def allocate_since(config, kv_cache_config) -> dict[str, torch.Tensor]:
+    from vllm.v1.worker.utils import allocate_kv_cache
+
+    layout = config.cache_config.get_resolved_kv_cache_layout()
+    return allocate_kv_cache(kv_cache_config, torch.device("cpu"), layout)
+
+
+def allocate_before(config, kv_cache_config) -> dict[str, torch.Tensor]:
+    num_blocks = kv_cache_config.num_blocks
+    layers = [(name, group.kv_cache_spec) for group in kv_cache_config.kv_cache_groups
+              for name in group.layer_names]
+    buffer = torch.zeros(sum(spec.page_size_bytes for _, spec in layers) * num_blocks, dtype=torch.int8)
+    views, offset = {}, 0
+    for name, spec in layers:
+        size = spec.page_size_bytes * num_blocks
+        pages = buffer[offset:offset + size].view(spec.dtype)
+        views[name] = pages.view(num_blocks, spec.num_kv_heads, spec.block_size, 2 * spec.head_size)
+        offset += size
+    return views
+
+
+def use_layout_since(config, layout: str) -> None:
+    config.cache_config.kv_cache_layout = layout
+
+
+def use_layout_before(config, layout: str) -> None:
+    """No ``CacheConfig.kv_cache_layout`` yet: the layout was the attention backend's business."""

@@ -1,0 +1,138 @@
+"""The asv history as a reader meets it: main's first-parent line with its gaps, asv's quartiles,
+the intended changes marked, flat-zero tracks listed once, a commit named on hover, the data as CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from kvoffload.report import draw_report
+from kvoffload.report.changes import Change, read_changes
+from kvoffload.report.history import Axis, always_zero, draw_asv_history
+from kvoffload.report.sources import find_asv_points, read_main_line
+from kvoffload.results import ResultError
+
+COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
+           "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
+MISS = "bench_workloads.TrackMultiTurn.track_last_block_miss_rate"
+LEAKS = "bench_workloads.TrackMultiTurn.track_leaked_requests"
+META = "bench_connector.BuildConnectorMeta.track_us_per_step"
+LINE = [f"{c * 40}" for c in "abcde"]  # five commits of main, oldest first
+
+
+def write_history(asv_dir: Path, recorded=("a", "c", "e"), main_line=True) -> None:
+    """Commits a, c and e of a five-commit main line recorded on 'ci'; b and d have no result.
+    The miss rate steps up at d; leaked requests stay 0; the connector benchmark kept quartiles."""
+    machine = asv_dir / "ci"
+    machine.mkdir(parents=True)
+    (machine / "machine.json").write_text(json.dumps({"machine": "ci", "version": 1}))
+    for i, commit in enumerate(LINE):
+        if commit[0] not in recorded:
+            continue
+        miss = 0.0 if commit[0] < "d" else 0.004
+        results = {
+            MISS: [[miss, 0.05], [["'reference'", "'vllm-0.25'"]], "1"],
+            LEAKS: [[0, 0], [["'reference'", "'vllm-0.25'"]], "1"],
+            META: [[100.0 + i], [["1"]], "2", 0, 1.0, [90.0], [120.0], [95.0 + i], [105.0 + i], [1], [9], None, None],
+        }
+        data = {"commit_hash": commit, "env_name": "virtualenv-py3.11", "date": 1_700_000_000_000 + i * 60_000,
+                "params": {}, "python": "3.11", "requirements": {}, "env_vars": {}, "result_columns": COLUMNS,
+                "results": results, "durations": {}, "version": 2}
+        (machine / f"{commit[:8]}-virtualenv-py3.11.json").write_text(json.dumps(data))
+    suite = {MISS: {"unit": "ratio", "version": "1"}, LEAKS: {"unit": "requests", "version": "1"},
+             META: {"unit": "µs/step", "version": "2"}}
+    (asv_dir / "benchmarks.json").write_text(json.dumps(suite))
+    if main_line:
+        (asv_dir / "first-parent.tsv").write_text(
+            "".join(f"{c}\t2026-11-2{i}T10:00:00+00:00\tcommit {c[0]}\n" for i, c in enumerate(LINE)))
+
+
+def test_the_axis_is_mains_first_parent_line_with_its_gaps(tmp_path):
+    write_history(tmp_path / "asv")
+    points, units = find_asv_points(tmp_path / "asv")
+    line = read_main_line(tmp_path / "asv")
+    assert [c.commit for c in line] == LINE
+    [_, chart] = draw_asv_history(points, units, tmp_path, {}, line, ())  # BuildConnectorMeta, TrackMultiTurn
+    assert "5 commits that carry the suite" in chart.caption and "3 have results" in chart.caption
+    # without the list: the recorded commits in date order, and the caption says gaps cannot be seen
+    axis = Axis.build(points, [])
+    assert [c.commit for c in axis.commits] == [LINE[0], LINE[2], LINE[4]] and not axis.first_parent
+
+
+def test_every_commit_slot_names_its_commit_on_hover(tmp_path):
+    write_history(tmp_path / "asv")
+    points, units = find_asv_points(tmp_path / "asv")
+    [_, chart] = draw_asv_history(points, units, tmp_path, {}, read_main_line(tmp_path / "asv"), ())
+    # one drawn panel (the leak track stayed 0): one box per commit, left to right, inside the image
+    assert [box.title.split()[0] for box in chart.hover] == [c[:12] for c in LINE]
+    assert [box.title.endswith("(not recorded)") for box in chart.hover] == [False, True, False, True, False]
+    lefts = [box.left for box in chart.hover]
+    assert lefts == sorted(lefts) and all(0 <= b.left and b.left + b.width <= 100 and 0 <= b.top <= 100
+                                          for b in chart.hover)
+
+
+def test_a_track_that_stayed_zero_is_listed_not_drawn(tmp_path):
+    write_history(tmp_path / "asv")
+    points, units = find_asv_points(tmp_path / "asv")
+    assert always_zero(points) == [LEAKS]
+    [_, chart] = draw_asv_history(points, units, tmp_path, {}, read_main_line(tmp_path / "asv"), ())
+    assert "so not drawn: leaked_requests" in chart.caption
+    assert {row[0] for row in chart.table[1:]} == {MISS, LEAKS}  # the CSV keeps every value
+
+
+def test_an_intended_change_is_marked_where_its_track_steps(tmp_path):
+    write_history(tmp_path / "asv")
+    points, units = find_asv_points(tmp_path / "asv")
+    step = Change(LINE[3][:7], "last_block_miss_rate", "", "complete-chunk lookup")
+    elsewhere = Change(LINE[1][:7], "us_per_step", "", "not a workload track")
+    off_line = Change("f" * 7, "*", "", "not on main")
+    [meta, multi] = draw_asv_history(points, units, tmp_path, {}, read_main_line(tmp_path / "asv"),
+                                     (step, elsewhere, off_line))
+    assert f"#2 {LINE[3][:7]} (last_block_miss_rate): complete-chunk lookup" in multi.caption
+    assert "not a workload track" not in multi.caption and "not on main" not in multi.caption
+    assert f"#1 {LINE[1][:7]} (us_per_step)" in meta.caption  # numbered from the oldest, in every figure
+
+
+def test_asv_quartiles_are_read_and_kept_in_the_data(tmp_path):
+    write_history(tmp_path / "asv")
+    points, _ = find_asv_points(tmp_path / "asv")
+    meta = sorted((p for p in points if p.benchmark == META), key=lambda p: p.date)
+    assert [(p.spread, p.samples) for p in meta] == [((95.0, 105.0), 9), ((97.0, 107.0), 9), ((99.0, 109.0), 9)]
+    assert all(p.spread is None for p in points if p.benchmark == MISS)  # a track is one value
+
+
+def test_the_report_writes_each_charts_data_beside_it(tmp_path):
+    write_history(tmp_path / "results" / "asv")
+    out = tmp_path / "charts"
+    index = draw_report(tmp_path / "results", out)
+    with open(out / "asv-bench_connector.BuildConnectorMeta.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["commit"][0], float(r["value"]), r["q25"], r["samples"]) for r in rows] == [
+        ("a", 100.0, "95.0", "9"), ("c", 102.0, "97.0", "9"), ("e", 104.0, "99.0", "9")]
+    page = index.read_text()
+    assert "asv-bench_connector.BuildConnectorMeta.csv" in page
+    assert page.index("Contents") < page.index("<h2 id='did_this_commit_regress'>")
+    assert page.count("class='slot'") == 2 * len(LINE)  # two figures, one panel column each
+
+
+def test_a_malformed_first_parent_list_is_one_line(tmp_path):
+    write_history(tmp_path / "asv")
+    (tmp_path / "asv" / "first-parent.tsv").write_text("not a commit line\n")
+    with pytest.raises(ResultError, match="first-parent.tsv: line 1: expected"):
+        read_main_line(tmp_path / "asv")
+
+
+def test_the_listed_changes_name_commits_of_mains_line():
+    """Each row of changes.csv names a commit that exists (a typo would mark nothing)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    for change in read_changes():
+        found = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                                f"{change.commit}^{{commit}}"], capture_output=True, text=True)
+        assert found.returncode == 0, f"changes.csv: {change.commit} is not a commit"
+        assert change.metric and change.reason
+
