@@ -55,7 +55,8 @@ WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv"
                 "build_connector_worker_meta", "clear_connector_metadata")
 # What this engine cannot see from outside the connector (absent from its metrics, not zero).
 # The stuck_requests watchdog is this engine's own (no progress for STUCK_AFTER_STEPS steps);
-# the simulator's cycle detector (livelock) and invariant checks run inside its engine only.
+# the simulator's cycle detector (livelock) and invariant checks run inside its engine only, and
+# so does last_chunk_offloaded_rate (it reads the simulator's offload tier, engine/final_chunks.py).
 # Store submission delays are measured at the project's transfer handler, which both built-in
 # connectors copy through (StoreSubmitDelays); a foreign connector's own worker hides them.
 STORE_SUBMIT_DELAYS = ("store_submit_delay_steps_p50", "store_submit_delay_steps_p99")
