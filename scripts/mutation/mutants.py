@@ -87,7 +87,7 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
            "pending |= False", "loads a chunk still being stored"),
     Mutant("failed store counted as success", SCHED, "succeeded = done.job_id not in self._failed_jobs",
            "succeeded = True", "K28: a failed store becomes loadable"),
-    Mutant("failed load not reported", SCHED, "self._load_error_blocks.update(state.load_destination)", "pass",
+    Mutant("failed load not reported", WORKER, "self._load_error_blocks.update(job.gpu_block_ids)", "pass",
            "K22: garbage served"),
     Mutant("release with jobs in flight", SCHED,
            "        if self._has_jobs(state):\n            return\n        if self.fixes.deferred_finish_signal:",
