@@ -55,7 +55,8 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
         workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
                   "requests": len(workload.requests)},
         connector=choice.describe(),
-        config={**dataclasses.asdict(workload.engine), "engine": engine, "connector": choice.source},
+        config={**dataclasses.asdict(workload.engine), "engine": engine, "connector": choice.source,
+                **getattr(replayer, "recorded", {})},
         metrics=metrics, seed=workload.engine.seed,
         error=error)
     # What the livelock and invariant_violations metrics count, in detail.

@@ -153,6 +153,27 @@ class TestManagerRecency:
         m.complete_load([a])
         assert m.prepare_store("r", [c]).evicted_keys == (victim.encode(),)
 
+    def test_at_finish_a_request_reranks_its_chunks_head_to_tail_by_position(self):
+        """0.31+ (cpu/policies/lru.py): on_request_finished re-ranks the keys a request stored or
+        loaded in the order of their chunk positions, head newest, whatever order they were
+        inserted in. r inserts chunks 2, 0, 1; w stores d after them; once r finishes, d is the
+        oldest and r's prefix is evicted tail first: 2, then 1, then 0."""
+        m = CPUOffloadManager(4)
+        for req in ("r", "w"):
+            m.on_new_request(req)
+        head, middle, tail, d = self.keys("head", "middle", "tail", "d")
+        m.prepare_store("r", [tail, head, middle], positions=[2, 0, 1])
+        m.complete_store([tail, head, middle])
+        m.prepare_store("w", [d])
+        m.complete_store([d])
+        m.on_request_finished("r")
+        evicted = []
+        for new in self.keys("e", "f", "g", "h"):
+            evicted += m.prepare_store("w", [new]).evicted_keys
+            m.complete_store([new])
+        assert evicted == [d, tail, middle, head]
+        m.check_invariants()
+
     def test_keys_another_request_is_still_storing_are_not_its_access(self):
         m = CPUOffloadManager(3)
         for req in ("w", "r"):

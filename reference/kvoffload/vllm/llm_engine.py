@@ -52,7 +52,7 @@ OFF = "off"  # no connector and no prefix caching: the oracle's second run
 # and store delays live in the simulated KV cache and engine; the cost model is the simulator's.
 UNMEASURED = ("poisoned_loads", "fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
               "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
-              "livelock", "invariant_violations", "sim_requests_per_s")
+              "livelock", "invariant_violations", "sim_requests_per_s", "last_chunk_offloaded_rate")
 
 
 @dataclass
