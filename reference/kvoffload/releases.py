@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvoffload.core.fixes import PRESETS, Fixes
-from kvoffload.metrics import compute_metrics
+from kvoffload.metrics import MODEL_METRICS, compute_metrics
 from kvoffload.workloads import load_workload
 
 SCHEMA = "kvoffload-bench/releases/v1"
@@ -71,7 +71,8 @@ def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> Si
     first = _observe_first_admissions(engine.connector)
     record = engine.run()
     error = None if record.crash is None else {"message": record.crash, "step": record.crash_step}
-    return SimulatorRow(compute_metrics(record), error, first)
+    metrics = {name: value for name, value in compute_metrics(record).items() if name not in MODEL_METRICS}
+    return SimulatorRow(metrics, error, first)
 
 
 def _observe_first_admissions(core) -> dict[str, list[int]]:

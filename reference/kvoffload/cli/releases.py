@@ -21,13 +21,12 @@ from pathlib import Path
 import kvoffload
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import check_output_file
+from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
 from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, SMALL_WORKLOADS, compare,
                                 known_preset, preset_inside, preset_label, simulator_row,
                                 venv_name)
 from kvoffload.results import write_atomic
-
-HASH_SEED = "0"
 
 
 def register(sub) -> None:
@@ -85,7 +84,7 @@ def _cmd_releases(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     kept = [entry for entry in _earlier_entries(out) if entry["release"] not in releases]
     entries = sorted(kept + entries, key=lambda entry: RELEASES.index(entry["release"]))
-    write_atomic(out, {"schema": SCHEMA, "hash_seed": int(HASH_SEED),
+    write_atomic(out, {"schema": SCHEMA, "hash_seed": HASH_SEED,
                        "seconds": round(sum(entry["seconds"] for entry in entries), 1), "releases": entries})
     print(f"\n{len(releases)} releases x {len(jobs)} replays in {elapsed:.0f} s; table in {out}")
     return 0
@@ -109,7 +108,7 @@ def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int,
     failure of this command (one line), not a row."""
     python = Path(venv_name(release)) / "bin" / "python"
     source_root = Path(kvoffload.__file__).resolve().parents[1]  # this checkout's code in every venv
-    env = {**os.environ, "PYTHONHASHSEED": HASH_SEED, "VLLM_LOGGING_LEVEL": "ERROR",
+    env = {**os.environ, "PYTHONHASHSEED": str(HASH_SEED), "VLLM_LOGGING_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     command = [str(python), "-m", "kvoffload.vllm.rows", *(("--preset", preset) if preset else ()),
                *(f"{w}:{s}" for w, s in jobs)]

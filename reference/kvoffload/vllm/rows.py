@@ -24,7 +24,7 @@ import traceback
 
 import vllm
 
-from kvoffload.metrics import compute_metrics
+from kvoffload.metrics import MODEL_METRICS, compute_metrics
 from kvoffload.vllm.build import REFERENCE, STOCK, ConnectorLoad
 from kvoffload.vllm.replay import VllmSchedulerReplay
 from kvoffload.workloads import load_workload
@@ -45,7 +45,7 @@ def release_row(workload_name: str, scheduling: str, preset: str | None = None) 
         row["traceback"] = traceback.format_exc(limit=-3)
         return row
     record = replay.run()
-    unmeasured = replay.unmeasured()
+    unmeasured = set(replay.unmeasured()) | MODEL_METRICS  # no real model ran
     row["metrics"] = {name: value for name, value in compute_metrics(record).items() if name not in unmeasured}
     row["error"] = None if record.crash is None else {"message": record.crash, "step": record.crash_step}
     row["leaked"] = list(record.leaked_requests)
