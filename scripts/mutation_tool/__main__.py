@@ -25,6 +25,7 @@ import ast
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -43,7 +44,9 @@ PACKAGE = "reference/kvoffload/"
 PYTHON = sys.executable
 VLLM_PYTHON = os.environ.get("KVOFFLOAD_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 PER_TEST_TIMEOUT_S = 240
-STAGES = ("main", "gate", "vllm")
+# The rest of CI, in its order; then "new": the module's selected tests again, with the tests
+# written for the survivors (--refresh-tests), which is how a survivor is killed by a new test.
+STAGES = ("main", "gate", "vllm", "new")
 
 
 def session_name(module: str) -> str:
@@ -55,7 +58,8 @@ def copy_tree(target: Path, only: str = "") -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        if source.is_file() and not name.startswith("results/") and name.startswith(only):
+        wanted = not name.startswith("results/") or name.startswith("results/gate/")  # the gate's baseline
+        if source.is_file() and wanted and name.startswith(only):
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
 
@@ -66,14 +70,15 @@ def env() -> dict[str, str]:
 
 
 def pytest_command(tests: tuple[str, ...]) -> list[str]:
-    return [PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests]
+    return [PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests,
+            *(f"--deselect={test}" for test in deselected())]
 
 
 def write_config(module: str, timeout: float) -> Path:
     config = WORK / f"{session_name(module)}.toml"
-    command = " ".join(pytest_command(TESTS_OF[module]))
+    command = shlex.join(pytest_command(TESTS_OF[module]))
     config.write_text(f'[cosmic-ray]\nmodule-path = "{PACKAGE}{module}"\ntimeout = {timeout:.0f}\n'
-                      f'excluded-modules = []\ntest-command = "{command}"\n\n'
+                      f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
                       '[cosmic-ray.distributor]\nname = "local"\n')
     return config
 
@@ -213,34 +218,63 @@ def cmd_prepare(args) -> int:
 
 
 def cmd_baseline(args) -> int:
-    """Every selected test passes on the unmutated snapshot: one run over the union of the
-    selections (each file once). A mutant that hangs is cut at 1.5x that run's time."""
+    """Every selected test runs once on the unmutated snapshot (the union of the selections, each
+    file once, no -x). A test that fails there is deselected from every mutant's run and named
+    in the report: it would otherwise "kill" every mutant. A mutant that hangs is cut at 1.5x
+    this run's time."""
     meta = json.loads((WORK / "meta.json").read_text())
+    meta["overlay"] = refresh_tests()
+    meta["deselect"] = []
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
     union = tuple(dict.fromkeys(path for selection in TESTS_OF.values() for path in selection))
     started = time.perf_counter()
-    done = subprocess.run(["nice", "-n", "10", *pytest_command(union)], cwd=TREE, env=env(), capture_output=True,
-                          text=True)
+    command = [c for c in pytest_command(union) if c != "-x"] + ["-rf"]
+    done = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
     took = time.perf_counter() - started
-    print(f"{'ok' if done.returncode == 0 else 'FAILS'} {took:5.0f} s  {' '.join(union)}", flush=True)
-    if done.returncode:
+    failed = [line.split(" - ")[0][len("FAILED "):] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    print(f"exit {done.returncode} in {took:.0f} s; failing unmutated: {failed}", flush=True)
+    if done.returncode not in (0, 1) or (done.returncode == 1 and not failed):
         print(done.stdout[-3000:], file=sys.stderr)
         return 1
-    for module in TESTS_OF:
-        write_config(module, max(300.0, 1.5 * took))
+    meta["deselect"] = failed
     meta["baseline_s"] = round(took)
     (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    for module in TESTS_OF:
+        write_config(module, max(300.0, 1.5 * took))
     return 0
 
 
-def refresh_tests() -> None:
-    """The snapshot's tests/ replaced by the worktree's (the mutants live in reference/ only)."""
-    shutil.rmtree(TREE / "tests")
-    copy_tree(TREE, only="tests/")
+def refresh_tests() -> list[str]:
+    """The snapshot's tests/: those of the snapshot's commit, with this branch's own test changes
+    on top (the files its own commits touched since then, merges left out: what main moved since
+    may test code the snapshot lacks). Returns the files overlaid."""
+    commit = json.loads((WORK / "meta.json").read_text())["commit"]
+    shutil.rmtree(TREE / "tests", ignore_errors=True)
+    archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
+    overlay = sorted(set(subprocess.run(["git", "log", "--first-parent", "--no-merges", "--name-only", "--format=",
+                                         f"{commit}..HEAD", "--", "tests"], cwd=ROOT, capture_output=True,
+                                        text=True, check=True).stdout.split()))
+    overlay += subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "tests"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.split()
+    for name in overlay:
+        source, target = ROOT / name, TREE / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        else:
+            target.unlink(missing_ok=True)
+    return overlay
+
+
+def deselected() -> list[str]:
+    meta_path = WORK / "meta.json"
+    return json.loads(meta_path.read_text()).get("deselect", []) if meta_path.exists() else []
 
 
 def cmd_exec(args) -> int:
-    refresh_tests()
-    for module in TESTS_OF:
+    first = [m for m in TESTS_OF if any(m.startswith(prefix) for prefix in args.first)]
+    for module in first + [m for m in TESTS_OF if m not in first]:
         if args.only and args.only not in module:
             continue
         started = time.perf_counter()
@@ -253,7 +287,9 @@ def cmd_exec(args) -> int:
     return 0
 
 
-def stage_command(stage: str) -> list[str]:
+def stage_command(stage: str, module: str) -> list[str]:
+    if stage == "new":
+        return pytest_command(TESTS_OF[module])
     if stage == "main":
         return pytest_command(("tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES), "-m", "not vllm"))
     if stage == "gate":
@@ -281,7 +317,7 @@ def survivors_after(stage: str) -> list[dict]:
 
 
 def cmd_stage(args) -> int:
-    if args.refresh_tests:  # new tests written for the survivors replace the snapshot's
+    if args.refresh_tests:  # new tests written for the survivors join the snapshot's
         refresh_tests()
     done = verdicts()
     for row in survivors_after(args.stage):
@@ -294,7 +330,7 @@ def cmd_stage(args) -> int:
                 continue
             started = time.perf_counter()
             try:
-                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage)], cwd=TREE, env=env(),
+                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row["module"])], cwd=TREE, env=env(),
                                      capture_output=True, text=True, timeout=args.timeout)
                 verdict = "survived" if ran.returncode == 0 else "killed"
                 lines = ran.stdout.splitlines()
@@ -317,11 +353,12 @@ def cmd_report(args) -> int:
     from fates import FATES
     meta = json.loads((WORK / "meta.json").read_text())
     done = verdicts()
-    rows = [r for module in TESTS_OF for r in items(module)
-            if r["result"] and r["result"]["worker_outcome"] != "skipped"]
-    pending = [module for module in TESTS_OF for r in items(module) if not r["result"]]
+    every = [r for module in TESTS_OF for r in items(module)]
+    rows = [r for r in every if r["result"] and r["result"]["worker_outcome"] != "skipped"]
+    pending = [r for r in every if not r["result"]]
     table, counts = [], {"selected tests": 0, "main": 0, "gate": 0, "vllm": 0, "new test": 0, "equivalent": 0,
                          "survived": 0, "incompetent": 0}
+    named = {"main": "main", "gate": "gate", "vllm": "vllm", "new": "new test"}
     for row in rows:
         k, result = key(row), row["result"]
         stage_entry = done.get(k, {})
@@ -330,8 +367,8 @@ def cmd_report(args) -> int:
         elif result["test_outcome"] == "killed":
             fate, by = "selected tests", _killer(result["output"])
         else:
-            fate = next((s for s in STAGES if stage_entry.get(s) == "killed"), "survived")
-            by = stage_entry.get(f"{fate}_by", "")
+            stage = next((s for s in STAGES if stage_entry.get(s) == "killed"), None)
+            fate, by = (named[stage], stage_entry.get(f"{stage}_by", "")) if stage else ("survived", "")
             if fate == "survived" and k in FATES:
                 fate, by = FATES[k]
         counts[fate] += 1
@@ -347,7 +384,11 @@ def cmd_report(args) -> int:
              f"Commit {meta['commit'][:12]}: cosmic-ray generated {meta['generated']} mutants at {meta['sites']} "
              f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
              f"a deterministic sample of {meta['sampled']} ran ({len(pending)} not yet run). "
-             "Regenerate: `scripts/mutation_tool/run` (docs/mutation.md).", "",
+             "Regenerate with the commands in docs/mutation.md.", "",
+             f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
+             f"Failing on the unmutated snapshot, so deselected from every run: "
+             f"{', '.join(meta.get('deselect', [])) or 'none'}. Unmutated run of every selected test: "
+             f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time.", "",
              "| killed by | mutants |", "|---|---|",
              *(f"| {name} | {counts[name]} |" for name in counts), "",
              f"Score over the whole CI (equivalent mutants left out): {killed} of {scored}"
@@ -359,6 +400,10 @@ def cmd_report(args) -> int:
     for k, line, fate, by, diff in table:
         if fate != "selected tests":
             lines.append(f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |")
+    lines += ["", "## Every mutant run, and what killed it", "",
+              "Tests selected per module: `scripts/mutation_tool/targets.py`.", "",
+              "| mutant | line | fate | by |", "|---|---|---|---|"]
+    lines += [f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |" for k, line, fate, by, _ in table]
     lines += ["", "## Diffs of the survivors", ""]
     for k, line, fate, by, diff in table:
         if fate != "selected tests":
@@ -387,6 +432,7 @@ def main() -> int:
     sub.add_parser("baseline")
     execute = sub.add_parser("exec")
     execute.add_argument("--only", default="")
+    execute.add_argument("--first", nargs="*", default=[], help="module prefixes to run before the rest")
     stage = sub.add_parser("stage")
     stage.add_argument("stage", choices=STAGES)
     stage.add_argument("--refresh-tests", action="store_true")

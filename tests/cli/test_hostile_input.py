@@ -455,7 +455,8 @@ def test_report_lists_malformed_results_as_ignored_and_reads_the_rest(tmp_path):
 
 
 SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
-OPTIONS_WITH_A_VALUE = {"-C"}  # git -C PATH: the next element is PATH, whatever it starts with
+# git -C PATH, python -c CODE: the next element is the option's value, whatever it starts with
+OPTIONS_WITH_A_VALUE = {"-C", "-c"}
 # Modules run as ``python -m MODULE ARGS`` that read ARGS as positional values, no option parsing:
 # after them an element is a value whatever it starts with (like after "--").
 POSITIONAL_MODULES = {"kvoffload.vllm.rows"}  # main(argv): one "workload:scheduling" job per element
@@ -472,6 +473,13 @@ def _list_assigned(tree: ast.AST, call: ast.Call, name: str) -> ast.List | None:
     return found.value if found is not None else None
 
 
+def _string_constants(tree: ast.AST) -> set[str]:
+    """Names the module assigns a string literal (``_CHILD = "import ..."``): literals by another name."""
+    return {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
 def option_injections(tree: ast.AST, where: str) -> list[str]:
     """Places in ``tree`` where a computed string could reach a subprocess as an option: in an
     argv given as a list (or a variable assigned one), an element that is not a string literal,
@@ -479,6 +487,7 @@ def option_injections(tree: ast.AST, where: str) -> list[str]:
     and not the value of an option in OPTIONS_WITH_A_VALUE; an argv that is not a list at all; a
     shell (``os.system``, ``shell=True``)."""
     found = []
+    constants = _string_constants(tree)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
@@ -499,13 +508,15 @@ def option_injections(tree: ast.AST, where: str) -> list[str]:
             continue
         options_over = False
         for position, element in enumerate(argv.elts):
-            literal = isinstance(element, ast.Constant) and isinstance(element.value, str)
+            literal = isinstance(element, ast.Constant) and isinstance(element.value, str) or (
+                isinstance(element, ast.Name) and element.id in constants)
             after_value_option = position and isinstance(argv.elts[position - 1], ast.Constant) \
                 and argv.elts[position - 1].value in OPTIONS_WITH_A_VALUE
             if not (literal or position == 0 or options_over or after_value_option):
                 found.append(f"{where}:{node.lineno}: {name}, element {position} ({ast.unparse(element)})")
-            options_over = options_over or (literal and element.value == "--") or (
-                literal and element.value in POSITIONAL_MODULES and position
+            value = element.value if isinstance(element, ast.Constant) else None
+            options_over = options_over or (literal and value == "--") or (
+                literal and value in POSITIONAL_MODULES and position
                 and isinstance(argv.elts[position - 1], ast.Constant) and argv.elts[position - 1].value == "-m")
     return found
 
@@ -522,10 +533,11 @@ def test_no_computed_string_reaches_a_subprocess_as_an_option():
     planted = ast.parse("subprocess.run(['git', '-C', root, 'show', ref])\nsubprocess.run(['git', 'show', '--', ref])\n"
                         "subprocess.run(argv)\nos.system(line)\nsubprocess.run(['ls'], shell=True)\n"
                         "command = [python, '-m', 'kvoffload.vllm.rows', *jobs]\nsubprocess.run(command)\n"
-                        "command = [python, '-m', 'pytest', *user_args]\nsubprocess.run(command)\n")
+                        "command = [python, '-m', 'pytest', *user_args]\nsubprocess.run(command)\n"
+                        "CODE = 'print(1)'\nsubprocess.Popen([python, '-c', CODE])\nsubprocess.Popen([python, code])\n")
     assert [place.split(": ", 1)[1] for place in option_injections(planted, "x")] == [
         "subprocess.run, element 4 (ref)", "subprocess.run with a computed argv", "os.system",
-        "subprocess.run(shell=...)", "subprocess.run, element 3 (*user_args)"]
+        "subprocess.run(shell=...)", "subprocess.run, element 3 (*user_args)", "subprocess.Popen, element 1 (code)"]
 
 
 def test_a_long_gap_is_accepted_not_rejected(tmp_path):

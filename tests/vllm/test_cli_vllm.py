@@ -11,7 +11,7 @@ pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
 from kvoffload.cli import main  # noqa: E402
-from kvoffload.metrics import METRIC_NAMES  # noqa: E402
+from kvoffload.metrics import METRIC_NAMES, MODEL_METRICS  # noqa: E402
 from kvoffload.vllm.replay import STORE_SUBMIT_DELAYS, UNMEASURED  # noqa: E402
 
 
@@ -25,8 +25,10 @@ def test_run_on_vllms_scheduler_with_the_stock_connector_writes_a_result(tmp_pat
     assert result["connector"]["name"] == "stock" and result["connector"]["label"] == "vllm-stock"
     metrics = result["metrics"]
     # vLLM's manager has no strict lifecycle mode: that count is absent for stock, not 0; store
-    # submission delays are measured at the torch-copy worker's handler
-    assert set(metrics) == (set(METRIC_NAMES) - set(UNMEASURED) - {"lifecycle_violations"}) | set(STORE_SUBMIT_DELAYS)
+    # submission delays are measured at the torch-copy worker's handler; a real model's metrics
+    # belong to --engine vllm: absent here
+    assert set(metrics) == ((set(METRIC_NAMES) - set(UNMEASURED) - {"lifecycle_violations"} - MODEL_METRICS)
+                            | set(STORE_SUBMIT_DELAYS))
     assert metrics["store_submit_delay_steps_p50"] == 1  # stores are submitted the step after the write
     assert metrics["poisoned_loads"] == 0 and metrics["requests"] == 32 and metrics["crashes"] == 0
     assert metrics["copy_gb_per_s"] > 0  # the torch-copy worker's measured copies
