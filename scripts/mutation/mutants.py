@@ -21,6 +21,8 @@ ORACLE = "reference/kvoffload/engine/oracle.py"
 RECORD = "reference/kvoffload/engine/record.py"  # owns the continuation rule (last_written_chunk_end)
 METRICS = "reference/kvoffload/metrics.py"
 WORKER = "reference/kvoffload/worker/connector.py"
+ADMISSION = "reference/kvoffload/engine/admission.py"
+OBSERVER = "reference/kvoffload/engine/observer.py"
 
 
 class Mutant(NamedTuple):
@@ -71,6 +73,10 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
     Mutant("no flush for preempted requests", SCHED, "flush.update(self.jobs.jobs_of(req_id))", "pass",
            "K09 poison"),
     Mutant("no scheduler fence", SCHED, "flush.update(self.jobs.stores_reading(allocated))", "pass", "K03 poison"),
+    Mutant("running prompt-only stores outputs", STORES, "        if finished or self._prompt_only:",
+           "        if finished:", "offload_prompt_only ignored while a request runs"),
+    Mutant("finish re-ranks in insertion order", MANAGER, "self.touch(sorted(accessed, key=accessed.__getitem__))",
+           "self.touch(list(accessed))", "rank-at-insert recency: the tail must go first"),
     Mutant("no flush of a reused final store", STORES, "flush.add(job_id)  # its blocks", "pass  # its blocks",
            "K03 poison"),
     Mutant("cursor advances on allocation failure", STORES,
@@ -117,6 +123,20 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
     # ---- engine/ --------------------------------------------------------------------------
     Mutant("preemption keeps computed tokens", ESCHED, "live.req.num_computed_tokens = 0", "pass",
            "resumes on freed blocks"),
+    Mutant("a step that preempted admits", ESCHED, "        if not preempted:\n", "        if True:\n",
+           "admission in the step that freed blocks by preemption"),
+    Mutant("victim to the back of the queue", ESCHED, "self.waiting.appendleft(live)", "self.waiting.append(live)",
+           "later arrivals pass a preempted request"),
+    Mutant("full hit computes no token", ESCHED, "min(live.loaded_tokens, req.num_tokens - 1)",
+           "min(live.loaded_tokens, req.num_tokens)", "nothing samples the first output"),
+    Mutant("loaded blocks cached only when run", ADMISSION,
+           "        self.scheduler.commit_computed(live, live.loaded_tokens)", "        pass",
+           "an aborted loader's blocks never reach the GPU prefix cache"),
+    Mutant("re-admission counted as first", OBSERVER, "        if live.admitted:\n", "        if False:\n",
+           "gpu_hit_rate's denominator with preemptions"),
+    Mutant("rejected drafts count as written", OBSERVER,
+           "valid_end = start + 1 + item.accepted if item.num_tokens > 1 and not item.prefill else end",
+           "valid_end = end", "store delays of chunks ending in rejected drafts"),
     Mutant("loaded slots not checked", ENGINE,
            "self.record.poisoned += self.oracle.check_loaded_slots(load.live, load.job, step)", "pass",
            "the content oracle switched off"),

@@ -66,6 +66,19 @@ class TestCompleteChunkRule:
         assert s.connector.stats.queried_tokens == queried  # nothing asked of the tier
 
 
+class TestNullBlocks:
+    """A chunk whose last block is the null block (0: vLLM's placeholder after a reset, or a
+    skipped prefix) holds no KV: the store takes the chunks around it, from their own blocks."""
+
+    def test_the_store_skips_the_chunks_that_end_in_the_null_block(self, script):
+        s = script()
+        a = s.add("A", list(range(3, 15)))  # 3 chunks of 4
+        s.admit(a, [0, 5, 6])
+        plan = s.step(scheduled={"A": 12}, new_blocks={"A": [0, 5, 6]})
+        [job] = plan.store_jobs
+        assert (job.chunk_indices, job.gpu_block_ids) == ((1, 2), (5, 6))
+
+
 class TestRecency:
     """Which ready chunk the tier evicts after a request used X while Y was stored later."""
 
@@ -152,6 +165,46 @@ class TestManagerRecency:
         m.prepare_load("r", [a])
         m.complete_load([a])
         assert m.prepare_store("r", [c]).evicted_keys == (victim.encode(),)
+
+    def test_at_finish_a_request_reranks_its_chunks_head_to_tail_by_position(self):
+        """0.31+ (cpu/policies/lru.py): on_request_finished re-ranks the keys a request stored or
+        loaded in the order of their chunk positions, head newest, whatever order they were
+        inserted in. r inserts chunks 2, 0, 1; w stores d after them; once r finishes, d is the
+        oldest and r's prefix is evicted tail first: 2, then 1, then 0."""
+        m = CPUOffloadManager(4)
+        for req in ("r", "w"):
+            m.on_new_request(req)
+        head, middle, tail, d = self.keys("head", "middle", "tail", "d")
+        m.prepare_store("r", [tail, head, middle], positions=[2, 0, 1])
+        m.complete_store([tail, head, middle])
+        m.prepare_store("w", [d])
+        m.complete_store([d])
+        m.on_request_finished("r")
+        evicted = []
+        for new in self.keys("e", "f", "g", "h"):
+            evicted += m.prepare_store("w", [new]).evicted_keys
+            m.complete_store([new])
+        assert evicted == [d, tail, middle, head]
+        m.check_invariants()
+
+    def test_without_positions_the_offer_order_is_the_chunk_order(self):
+        """A caller that gives no positions (the manager's default): each key takes the next
+        position after those the request already offered, across calls."""
+        m = CPUOffloadManager(4)
+        for req in ("r", "w"):
+            m.on_new_request(req)
+        head, middle, tail, d = self.keys("head", "middle", "tail", "d")
+        m.prepare_store("r", [head, middle])
+        m.prepare_store("r", [tail])
+        m.complete_store([head, middle, tail])
+        m.prepare_store("w", [d])
+        m.complete_store([d])
+        m.on_request_finished("r")
+        evicted = []
+        for new in self.keys("e", "f", "g", "h"):
+            evicted += m.prepare_store("w", [new]).evicted_keys
+            m.complete_store([new])
+        assert evicted == [d, tail, middle, head]
 
     def test_keys_another_request_is_still_storing_are_not_its_access(self):
         m = CPUOffloadManager(3)

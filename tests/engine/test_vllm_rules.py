@@ -10,62 +10,17 @@ from __future__ import annotations
 from kvoffload.core.types import RequestStatus
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
-from kvoffload.engine.cost import profile
 from kvoffload.engine.live import LiveRequest, Phase
-from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.requests import RequestSpec
-from kvoffload.engine.scheduler import SchedulerModel, StepOutput
-
-BS = 4
-
-
-class ScriptedConnector:
-    """Answers lookups from ``hits[req_id]`` (a list, consumed in order; None defers)."""
-
-    def __init__(self, hits: dict[str, list[int | None]] | None = None):
-        self.hits = hits or {}
-
-    def on_new_request(self, req) -> None:
-        pass
-
-    def get_num_new_matched_tokens(self, req, num_local):
-        answers = self.hits.get(req.req_id)
-        hits = answers.pop(0) if answers else 0
-        return hits, bool(hits)
-
-    def update_state_after_alloc(self, req, block_ids, num_external_tokens) -> None:
-        pass
-
-    def request_finished(self, req, block_ids=()) -> bool:
-        return False
+from kvoffload.engine.scheduler import StepOutput
+from scripted import BS, ScriptedConnector, arrive, land, model, step, tokens
 
 
-def tokens(seed: int, n: int) -> tuple[int, ...]:
-    return tuple((seed * 7919 + i * 104729) % 30000 + 3 for i in range(n))
-
-
-def model(connector=None, **settings) -> SchedulerModel:
-    config = EngineConfig(gpu_blocks=settings.pop("gpu_blocks", 32), block_size=BS, **settings)
-    observer = RunObserver(profile(config.profile), BS, config.tokens_per_chunk, trace=False)
-    return SchedulerModel(config, BlockPool(config.gpu_blocks, BS), connector or ScriptedConnector(),
-                          observer, on_finished=lambda live, step: None)
-
-
-def arrive(scheduler: SchedulerModel, req_id: str, prompt: int, output: int = 4) -> LiveRequest:
-    spec = RequestSpec(req_id, tokens(len(scheduler.live) + 1, prompt), tokens(99, output))
-    live = LiveRequest.create(spec, BS, 0)
-    scheduler.add(live)
-    return live
-
-
-def step(scheduler: SchedulerModel, number: int = 0):
-    out, scheduled, _ = scheduler.schedule(number)
-    scheduler.after_schedule(scheduled)
-    return out, scheduled
-
-
-def land(scheduler: SchedulerModel, live: LiveRequest) -> None:
-    scheduler.load_landed(live, 0)
+def processed(scheduler, number: int = 0):
+    """One step, its output processed at once (sync scheduling)."""
+    out, scheduled = step(scheduler, number)
+    scheduler.update_from_output(StepOutput(number, tuple(scheduled), ()))
+    return out
 
 
 class TestLoadAllocation:
@@ -94,6 +49,75 @@ class TestLoadAllocation:
         scheduler.finish(other, RequestStatus.FINISHED_ABORTED, 2)
         step(scheduler, 3)
         assert loading.phase is Phase.RUNNING and loading.num_committed_blocks == 5  # its whole prompt
+
+
+    def test_a_hit_covering_the_whole_prompt_still_recomputes_its_last_token(self):
+        """_update_waiting_for_remote_kv: ``num_computed_tokens = min(..., num_tokens - 1)`` --
+        the forward of the last prompt token is what samples the first output token."""
+        scheduler = model(ScriptedConnector({"L": [8]}))
+        loading = arrive(scheduler, "L", prompt=8)  # every token of it is in the offload tier
+        step(scheduler)
+        land(scheduler, loading)
+        assert loading.req.num_computed_tokens == 7
+        out, scheduled = step(scheduler, 1)
+        assert out.num_scheduled_tokens == {"L": 1}
+        assert (scheduled[0].start, scheduled[0].samples) == (7, True)
+
+    def test_blocks_loaded_for_a_request_serve_a_later_one_from_the_gpu_after_it_was_aborted(self):
+        """_update_waiting_for_remote_kv caches the loaded blocks as soon as admission reaches
+        the request, whether or not it then runs: once freed they stay in the prefix cache."""
+        scheduler = model(ScriptedConnector({"L": [8]}), gpu_blocks=9, reserve_full_isl=False)
+        arrive(scheduler, "R", prompt=16, output=8)
+        processed(scheduler)  # R holds 4 of the 8 usable blocks
+        loader = arrive(scheduler, "L", prompt=20)
+        processed(scheduler, 1)  # L loads its first 8 tokens into 2 blocks
+        land(scheduler, loader)
+        processed(scheduler, 2)  # admission reaches L: 3 more blocks needed, 1 free -- it waits
+        assert loader.phase is Phase.LOADED and loader.num_committed_blocks == 2
+        scheduler.abort("L", 3)
+        later = LiveRequest.create(RequestSpec("M", loader.spec.prompt_token_ids[:8] + tokens(50, 4),
+                                               tokens(51, 2)), BS, 3)
+        scheduler.add(later)
+        out = processed(scheduler, 3)
+        assert out.num_scheduled_tokens["M"] == 4  # its first 8 tokens hit the GPU prefix cache
+        assert scheduler.observer.record.gpu_hit_tokens == 8
+
+
+class TestPreemption:
+    """A and B decode in a pool of 5 usable blocks; C (one block) arrives while they do. At step 1
+    A needs a fifth block: B, the newest running request, is preempted and frees 2."""
+
+    def crowd(self):
+        scheduler = model(gpu_blocks=6, max_num_seqs=3, reserve_full_isl=False)
+        arrive(scheduler, "A", prompt=8, output=8)
+        victim = arrive(scheduler, "B", prompt=8, output=8)
+        processed(scheduler)
+        arrive(scheduler, "C", prompt=4)
+        return scheduler, victim
+
+    def test_a_step_that_preempted_admits_no_one(self):
+        """schedule(): ``if not preempted_reqs ...`` guards the whole waiting side, the
+        KV-holding queue included: L's load landed and L fits in the block B freed, yet it waits."""
+        scheduler = model(ScriptedConnector({"L": [4]}), gpu_blocks=6, max_num_seqs=3, reserve_full_isl=False)
+        arrive(scheduler, "A", prompt=8, output=8)
+        arrive(scheduler, "B", prompt=8, output=8)
+        loader = arrive(scheduler, "L", prompt=5, output=2)
+        processed(scheduler)  # A and B prefill on 4 blocks, L loads 4 tokens into the fifth
+        land(scheduler, loader)
+        out = processed(scheduler, 1)
+        assert out.preempted_req_ids == ("B",) and scheduler.pool.num_free == 1  # L needs just 1 ...
+        assert out.num_scheduled_tokens == {"A": 1} and loader.phase is Phase.LOADED  # ... and waits
+        assert processed(scheduler, 2).num_scheduled_tokens == {"A": 1, "L": 1}
+
+    def test_the_victim_goes_back_to_the_front_of_the_waiting_queue(self):
+        """_preempt_request: ``self.waiting.prepend_request(request)`` -- ahead of C, which
+        arrived first; C cannot pass it while B cannot get its blocks."""
+        scheduler, victim = self.crowd()
+        processed(scheduler, 1)
+        assert [live.req_id for live in scheduler.waiting] == ["B", "C"]
+        out = processed(scheduler, 2)  # B needs 3 blocks, 2 are free: admission stops at B
+        assert out.num_scheduled_tokens == {"A": 1} and victim.phase is Phase.WAITING
+        assert victim.req.num_computed_tokens == 0  # recompute preemption: its progress is gone
 
 
 class TestAdmissionOrder:

@@ -23,6 +23,7 @@ class Side:
     per_request: dict[str, tuple]  # first admission (GPU hit, connector hit), chunks stored, chunks loaded
     steps: dict[int, tuple]  # step -> (tokens per request, free GPU blocks after the schedule)
     crash: str | None
+    store_submit_delays: tuple[int, ...] = ()  # sorted: steps from fully written to the store's submission
 
 
 def compare(name: str, scheduling: str, settings: dict[str, str], stock: bool = False, *,
@@ -53,7 +54,8 @@ def compare(name: str, scheduling: str, settings: dict[str, str], stock: bool = 
 def side(record, seen: CoreObservations, steps: dict, workload) -> Side:
     totals = (record.steps, record.gpu_hit_tokens, record.connector_hit_tokens_admitted, record.preemptions,
               sum(seen.chunks_stored.values()), sum(seen.chunks_loaded.values()), len(seen.flushed_jobs))
-    return Side(totals, {spec.req_id: seen.of(spec.req_id) for spec in workload.requests}, steps, record.crash)
+    return Side(totals, {spec.req_id: seen.of(spec.req_id) for spec in workload.requests}, steps, record.crash,
+                tuple(sorted(record.store_submit_delays)))
 
 
 def record_schedules(scheduler, step_of, tokens_of, pool, num_free) -> dict[int, tuple]:

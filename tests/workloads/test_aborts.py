@@ -53,3 +53,20 @@ def test_aborts_mark_a_share_of_requests_and_change_nothing_else(tmp_path):
 def test_bad_abort_tables_are_named(tmp_path, table, message):
     with pytest.raises(WorkloadError, match=message):
         load_workload(write(tmp_path, DEFINITION + "\n[aborts]\n" + table + "\n"))
+
+
+def test_the_share_picks_requests_by_one_seeded_draw_each_in_arrival_order(tmp_path):
+    """Which requests abort is part of every result the gate compares: pinned by id. Seed 3, one
+    draw of ``random.Random("3/aborts")`` per request in arrival order (turn 0 of conversations
+    c0-c5, then turn 1, ...), aborted when the draw is under the share; a constant delay draws
+    nothing more."""
+    aborting = load_workload(write(tmp_path, DEFINITION + "\n[aborts]\nshare = 0.5\nafter_steps = 3\n"))
+    assert [spec.req_id for spec in aborting.requests if spec.abort_after_steps is not None] == [
+        "c1-t00", "c2-t00", "c3-t00", "c4-t00", "c5-t00", "c1-t01", "c4-t01", "c1-t02", "c3-t02", "c5-t02"]
+
+
+def test_the_bundled_multi_turn_small_aborts_two_requests():
+    """The gate's workload: 3 % of 53 requests, each delay drawn right after its pick."""
+    workload = load_workload("multi-turn-small")
+    assert [(spec.req_id, spec.abort_after_steps) for spec in workload.requests
+            if spec.abort_after_steps is not None] == [("c4-t03", 7), ("c7-t04", 3)]

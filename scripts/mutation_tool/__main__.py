@@ -1,0 +1,447 @@
+"""Mutation score from a tool (cosmic-ray): generated mutants, a deterministic sample, per-module
+test selection, then the rest of CI against the survivors.
+
+    .venv/bin/python scripts/mutation_tool prepare [--sample N]   # snapshot, generate, sample
+    .venv/bin/python scripts/mutation_tool baseline                # each selection passes unmutated
+    .venv/bin/python scripts/mutation_tool exec                    # cosmic-ray exec, one session a module
+    .venv/bin/python scripts/mutation_tool stage main|gate|vllm [--refresh-tests]
+    .venv/bin/python scripts/mutation_tool report                  # results/mutation/tool/
+
+Why cosmic-ray (docs/mutation.md): one session per module, each with its own test command, is
+per-mutant test selection without a plugin; every mutant runs in a fresh interpreter, so the
+suite's alarm-based hang bound and torch's threads behave as in CI; its session database lets a
+sample be taken by marking the rest skipped, and an interrupted run resumes.
+
+Work lives in ``.mutation/`` (ignored by git): a snapshot of the tree (so the worktree stays
+editable while mutants are planted in the copy), one config and sqlite session per module, and
+each stage's verdicts. Runs at ``nice -n 10`` and one mutant at a time (a shared 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import ast
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK = ROOT / ".mutation"
+TREE = WORK / "tree"
+sys.path.insert(0, str(Path(__file__).parent))
+
+from targets import MAIN_SUITE_IGNORES, TESTS_OF  # noqa: E402
+
+PACKAGE = "reference/kvoffload/"
+PYTHON = sys.executable
+VLLM_PYTHON = os.environ.get("KVOFFLOAD_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
+PER_TEST_TIMEOUT_S = 240
+# The rest of CI, in its order; then "new": the module's selected tests again, with the tests
+# written for the survivors (--refresh-tests), which is how a survivor is killed by a new test.
+STAGES = ("main", "gate", "vllm", "new")
+
+
+def session_name(module: str) -> str:
+    return module.replace("/", ".").removesuffix(".py")
+
+
+def copy_tree(target: Path, only: str = "") -> None:
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        wanted = not name.startswith("results/") or name.startswith("results/gate/")  # the gate's baseline
+        if source.is_file() and wanted and name.startswith(only):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(TREE / "reference"), KVOFFLOAD_TEST_TIMEOUT=str(PER_TEST_TIMEOUT_S),
+                KVOFFLOAD_FUZZ="ci", PYTHONDONTWRITEBYTECODE="1")
+
+
+def pytest_command(tests: tuple[str, ...]) -> list[str]:
+    return [PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests,
+            *(f"--deselect={test}" for test in deselected())]
+
+
+def write_config(module: str, timeout: float) -> Path:
+    config = WORK / f"{session_name(module)}.toml"
+    command = shlex.join(pytest_command(TESTS_OF[module]))
+    config.write_text(f'[cosmic-ray]\nmodule-path = "{PACKAGE}{module}"\ntimeout = {timeout:.0f}\n'
+                      f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
+                      '[cosmic-ray.distributor]\nname = "local"\n')
+    return config
+
+
+def cosmic_ray(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["nice", "-n", "10", str(Path(PYTHON).parent / "cosmic-ray"), *args], cwd=TREE, env=env(),
+                          capture_output=True, text=True)
+
+
+def items(module: str) -> list[dict]:
+    """Every work item of a module's session, with its result when it has one."""
+    dump = cosmic_ray("dump", str(WORK / f"{session_name(module)}.sqlite"))
+    rows = []
+    for line in dump.stdout.splitlines():
+        item, result = json.loads(line)
+        mutation = item["mutations"][0]
+        rows.append({"job": item["job_id"], "module": module, "operator": mutation["operator_name"],
+                     "occurrence": mutation["occurrence"], "start": tuple(mutation["start_pos"]),
+                     "end": tuple(mutation["end_pos"]), "result": result})
+    return rows
+
+
+def key(row: dict) -> str:
+    return f"{row['module']}:{row['operator']}:{row['occurrence']}"
+
+
+def rank(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def annotation_spans(module: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) of every annotation in a module. Every mutated module starts with ``from
+    __future__ import annotations`` (PEP 563): an annotation is never evaluated, so a mutant
+    inside one is equivalent by construction and is left out of the sample."""
+    source = (TREE / PACKAGE / module).read_text()
+    tree = ast.parse(source)
+    assert any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
+               and any(alias.name == "annotations" for alias in node.names) for node in tree.body), module
+    spans = []
+    for node in ast.walk(tree):
+        notes = []
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            notes.append(node.annotation)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            notes.append(node.returns)
+        if isinstance(node, ast.AnnAssign):
+            notes.append(node.annotation)
+        spans += [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in notes]
+    return spans
+
+
+def in_annotation(row: dict, spans) -> bool:
+    return any(start <= row["start"] and row["end"] <= end for start, end in spans)
+
+
+def sample(rows: list[dict], size: int) -> set[str]:
+    """Deterministic: one mutant per source site outside annotations (the site's lowest-hash
+    operator), then the ``size`` sites of lowest hash over all modules. A hash of names and
+    positions, not a seeded RNG: the same tree always yields the same sample, and a module's
+    share follows its size."""
+    spans = {module: annotation_spans(module) for module in TESTS_OF}
+    per_site: dict[tuple, dict] = {}
+    for row in rows:
+        if in_annotation(row, spans[row["module"]]):
+            continue
+        site = (row["module"], row["start"], row["end"])
+        if site not in per_site or rank(key(row)) < rank(key(per_site[site])):
+            per_site[site] = row
+    chosen = sorted(per_site.values(), key=lambda row: rank(f"{row['module']}:{row['start']}:{row['end']}"))
+    return {row["job"] for row in chosen[:size]}
+
+
+def mark_sample(rows: list[dict], size: int) -> set[str]:
+    """Mark every mutant outside the sample skipped. A resample keeps the verdicts of mutants
+    already run: the sample of size n is the first n of one fixed order, so a run can grow in
+    rounds (n = 100, 200, 330) and each round is a prefix of the next."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+    chosen = sample(rows, size)
+    for module in TESTS_OF:
+        database = WORK / f"{session_name(module)}.sqlite"
+        with sqlite3.connect(database) as connection:
+            connection.execute("DELETE FROM work_results WHERE worker_outcome IN ('SKIPPED', 'skipped')")
+        with use_db(str(database), WorkDB.Mode.open) as db:
+            skipped = [row["job"] for row in rows if row["module"] == module and row["job"] not in chosen
+                       and (row["result"] is None or row["result"]["worker_outcome"] == "skipped")]
+            db.set_multiple_results(skipped, WorkResult(output="not in the sample",
+                                                        worker_outcome=WorkerOutcome.SKIPPED))
+    return chosen
+
+
+def cmd_resample(args) -> int:
+    meta = json.loads((WORK / "meta.json").read_text())
+    rows = [row for module in TESTS_OF for row in items(module)]
+    meta["sampled"] = len(mark_sample(rows, args.sample))
+    meta["annotation_mutants"] = sum(in_annotation(r, annotation_spans(r["module"])) for r in rows)
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    print(json.dumps(meta))
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    """Snapshot the tree and generate every mutant; a module whose text is the same as in the
+    last snapshot keeps its generated session (generation takes minutes on a loaded machine)."""
+    fresh = WORK / "tree.new"
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    copy_tree(fresh)
+    unchanged = {module for module in TESTS_OF if (TREE / PACKAGE / module).exists()
+                 and (TREE / PACKAGE / module).read_bytes() == (fresh / PACKAGE / module).read_bytes()
+                 and (WORK / f"{session_name(module)}.sqlite").exists()}
+    shutil.rmtree(TREE, ignore_errors=True)
+    fresh.rename(TREE)
+    for stale in ("stages.json",):
+        (WORK / stale).unlink(missing_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "reference"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip())
+    rows = []
+    for module in TESTS_OF:
+        config = write_config(module, 600)
+        if module not in unchanged:
+            done = cosmic_ray("init", "--force", str(config), str(WORK / f"{session_name(module)}.sqlite"))
+            if done.returncode:
+                print(f"error: cosmic-ray init {module}: {done.stderr[-500:]}", file=sys.stderr)
+                return 1
+        rows += items(module)
+    chosen = mark_sample(rows, args.sample)
+    meta = {"commit": commit, "reference_dirty": dirty, "generated": len(rows),
+            "annotation_mutants": sum(in_annotation(r, annotation_spans(r["module"])) for r in rows),
+            "sites": len({(r["module"], r["start"], r["end"]) for r in rows}), "sampled": len(chosen),
+            "prepared_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    print(json.dumps(meta))
+    return 0
+
+
+def cmd_baseline(args) -> int:
+    """Every selected test runs once on the unmutated snapshot (the union of the selections, each
+    file once, no -x). A test that fails there is deselected from every mutant's run and named
+    in the report: it would otherwise "kill" every mutant. A mutant that hangs is cut at 1.5x
+    this run's time."""
+    meta = json.loads((WORK / "meta.json").read_text())
+    meta["overlay"] = refresh_tests()
+    meta["deselect"] = []
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    union = tuple(dict.fromkeys(path for selection in TESTS_OF.values() for path in selection))
+    started = time.perf_counter()
+    command = [c for c in pytest_command(union) if c != "-x"] + ["-rf"]
+    done = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
+    took = time.perf_counter() - started
+    failed = [line.split(" - ")[0][len("FAILED "):] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    print(f"exit {done.returncode} in {took:.0f} s; failing unmutated: {failed}", flush=True)
+    if done.returncode not in (0, 1) or (done.returncode == 1 and not failed):
+        print(done.stdout[-3000:], file=sys.stderr)
+        return 1
+    meta["deselect"] = failed
+    meta["baseline_s"] = round(took)
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    for module in TESTS_OF:
+        write_config(module, max(300.0, 1.5 * took))
+    return 0
+
+
+def refresh_tests() -> list[str]:
+    """The snapshot's tests/: those of the snapshot's commit, with this branch's own test changes
+    on top (the files its own commits touched since then, merges left out: what main moved since
+    may test code the snapshot lacks). Returns the files overlaid."""
+    commit = json.loads((WORK / "meta.json").read_text())["commit"]
+    shutil.rmtree(TREE / "tests", ignore_errors=True)
+    archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
+    overlay = sorted(set(subprocess.run(["git", "log", "--first-parent", "--no-merges", "--name-only", "--format=",
+                                         f"{commit}..HEAD", "--", "tests"], cwd=ROOT, capture_output=True,
+                                        text=True, check=True).stdout.split()))
+    overlay += subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "tests"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.split()
+    for name in overlay:
+        source, target = ROOT / name, TREE / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        else:
+            target.unlink(missing_ok=True)
+    return overlay
+
+
+def deselected() -> list[str]:
+    meta_path = WORK / "meta.json"
+    return json.loads(meta_path.read_text()).get("deselect", []) if meta_path.exists() else []
+
+
+def cmd_exec(args) -> int:
+    first = [m for m in TESTS_OF if any(m.startswith(prefix) for prefix in args.first)]
+    for module in first + [m for m in TESTS_OF if m not in first]:
+        if args.only and args.only not in module:
+            continue
+        started = time.perf_counter()
+        done = cosmic_ray("exec", str(WORK / f"{session_name(module)}.toml"),
+                          str(WORK / f"{session_name(module)}.sqlite"))
+        rows = [r for r in items(module) if r["result"] and r["result"]["worker_outcome"] != "skipped"]
+        survived = [key(r) for r in rows if r["result"].get("test_outcome") == "survived"]
+        print(f"{module}: {len(rows)} run in {time.perf_counter() - started:.0f} s, survivors {survived}"
+              f"{' (exec exit ' + str(done.returncode) + ')' if done.returncode else ''}", flush=True)
+    return 0
+
+
+def stage_command(stage: str, module: str) -> list[str]:
+    if stage == "new":
+        return pytest_command(TESTS_OF[module])
+    if stage == "main":
+        return pytest_command(("tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES), "-m", "not vllm"))
+    if stage == "gate":
+        return [PYTHON, "-m", "kvoffload.cli", "gate"]
+    return [VLLM_PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-m", "vllm",
+            "tests/vllm"]
+
+
+def verdicts() -> dict[str, dict]:
+    path = WORK / "stages.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def survivors_after(stage: str) -> list[dict]:
+    """The tool's survivors still alive before ``stage`` runs."""
+    done = verdicts()
+    earlier = STAGES[:STAGES.index(stage)]
+    alive = []
+    for module in TESTS_OF:
+        for row in items(module):
+            if (row["result"] or {}).get("test_outcome") == "survived" and not any(
+                    done.get(key(row), {}).get(s) == "killed" for s in earlier):
+                alive.append(row)
+    return alive
+
+
+def cmd_stage(args) -> int:
+    if args.refresh_tests:  # new tests written for the survivors join the snapshot's
+        refresh_tests()
+    done = verdicts()
+    for row in survivors_after(args.stage):
+        target = TREE / PACKAGE / row["module"]
+        original = target.read_text()
+        try:
+            applied = cosmic_ray("apply", f"{PACKAGE}{row['module']}", row["operator"], str(row["occurrence"]))
+            if applied.returncode:
+                print(f"error: cannot apply {key(row)}: {applied.stderr[-300:]}", file=sys.stderr)
+                continue
+            started = time.perf_counter()
+            try:
+                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row["module"])], cwd=TREE, env=env(),
+                                     capture_output=True, text=True, timeout=args.timeout)
+                verdict = "survived" if ran.returncode == 0 else "killed"
+                lines = ran.stdout.splitlines()
+                by = next((line.split(" - ")[0][len("FAILED "):] for line in lines if line.startswith("FAILED ")),
+                          lines[-1] if lines and verdict == "killed" else "")
+            except subprocess.TimeoutExpired:
+                verdict, by = "killed", f"(hang: past {args.timeout} s)"
+        finally:
+            target.write_text(original)
+        entry = done.setdefault(key(row), {})
+        entry[args.stage] = verdict
+        entry[f"{args.stage}_by"] = by
+        (WORK / "stages.json").write_text(json.dumps(done, indent=2))
+        print(f"{verdict:8} {key(row):60} {by} ({time.perf_counter() - started:.0f} s)", flush=True)
+    return 0
+
+
+def cmd_report(args) -> int:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fates import FATES
+    meta = json.loads((WORK / "meta.json").read_text())
+    done = verdicts()
+    every = [r for module in TESTS_OF for r in items(module)]
+    rows = [r for r in every if r["result"] and r["result"]["worker_outcome"] != "skipped"]
+    pending = [r for r in every if not r["result"]]
+    table, counts = [], {"selected tests": 0, "main": 0, "gate": 0, "vllm": 0, "new test": 0, "equivalent": 0,
+                         "survived": 0, "incompetent": 0}
+    named = {"main": "main", "gate": "gate", "vllm": "vllm", "new": "new test"}
+    for row in rows:
+        k, result = key(row), row["result"]
+        stage_entry = done.get(k, {})
+        if result["worker_outcome"] != "normal":
+            fate, by = "incompetent", result["worker_outcome"]
+        elif result["test_outcome"] == "killed":
+            fate, by = "selected tests", _killer(result["output"])
+        else:
+            stage = next((s for s in STAGES if stage_entry.get(s) == "killed"), None)
+            fate, by = (named[stage], stage_entry.get(f"{stage}_by", "")) if stage else ("survived", "")
+            if fate == "survived" and k in FATES:
+                fate, by = FATES[k]
+        counts[fate] += 1
+        table.append((k, row["start"][0], fate, by, (result.get("diff") or "")))
+    killed = sum(counts[s] for s in ("selected tests", "main", "gate", "vllm", "new test"))
+    scored = killed + counts["survived"]
+    summary = {"tool": "cosmic-ray 8.7.0", **meta, "run": len(rows), "pending": len(pending), **counts,
+               "score": killed / scored if scored else None,
+               "score_without_new_tests": (killed - counts["new test"]) / scored if scored else None}
+    out = ROOT / "results" / "mutation" / "tool"
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Mutation run by a tool (cosmic-ray)", "",
+             f"Commit {meta['commit'][:12]}: cosmic-ray generated {meta['generated']} mutants at {meta['sites']} "
+             f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
+             f"a deterministic sample of {meta['sampled']} ran ({len(pending)} not yet run). "
+             "Regenerate with the commands in docs/mutation.md.", "",
+             f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
+             f"Failing on the unmutated snapshot, so deselected from every run: "
+             f"{', '.join(meta.get('deselect', [])) or 'none'}. Unmutated run of every selected test: "
+             f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time.", "",
+             "| killed by | mutants |", "|---|---|",
+             *(f"| {name} | {counts[name]} |" for name in counts), "",
+             f"Score over the whole CI (equivalent mutants left out): {killed} of {scored}"
+             f" = {summary['score']:.1%}" if scored else "", "",
+             f"Before the new tests: {killed - counts['new test']} of {scored}"
+             f" = {summary['score_without_new_tests']:.1%}." if scored else "", "",
+             "## Every mutant that survived the selected tests", "",
+             "| mutant | line | fate | by / why |", "|---|---|---|---|"]
+    for k, line, fate, by, diff in table:
+        if fate != "selected tests":
+            lines.append(f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |")
+    lines += ["", "## Every mutant run, and what killed it", "",
+              "Tests selected per module: `scripts/mutation_tool/targets.py`.", "",
+              "| mutant | line | fate | by |", "|---|---|---|---|"]
+    lines += [f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |" for k, line, fate, by, _ in table]
+    lines += ["", "## Diffs of the survivors", ""]
+    for k, line, fate, by, diff in table:
+        if fate != "selected tests":
+            lines += [f"`{k}` ({fate})", "", "```diff", diff.strip(), "```", ""]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    summary["mutants"] = {k: {"line": line, "fate": fate, "by": by} for k, line, fate, by, _ in table}
+    (out / "score.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(lines[2], "\n", "\n".join(lines[4:14]))
+    return 0
+
+
+def _killer(output: str) -> str:
+    if output == "timeout":
+        return "(hang: past the timeout)"
+    failed = [line.split(" - ")[0][len("FAILED "):] for line in (output or "").splitlines() if line.startswith("FAILED ")]
+    return failed[0] if failed else "(collection or import error)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="scripts/mutation_tool", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    prepare = sub.add_parser("prepare")
+    prepare.add_argument("--sample", type=int, default=330)
+    resample = sub.add_parser("resample")
+    resample.add_argument("--sample", type=int, default=330)
+    sub.add_parser("baseline")
+    execute = sub.add_parser("exec")
+    execute.add_argument("--only", default="")
+    execute.add_argument("--first", nargs="*", default=[], help="module prefixes to run before the rest")
+    stage = sub.add_parser("stage")
+    stage.add_argument("stage", choices=STAGES)
+    stage.add_argument("--refresh-tests", action="store_true")
+    stage.add_argument("--timeout", type=int, default=900)
+    sub.add_parser("report")
+    args = parser.parse_args()
+    return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "exec": cmd_exec, "stage": cmd_stage,
+            "report": cmd_report}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
