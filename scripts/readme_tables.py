@@ -9,15 +9,19 @@ everything outside the markers is left alone. tests/core/test_facts.py runs the 
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
 
 from kvoffload.core.fixes import fix_flags_markdown
 from kvoffload.metrics import glossary_markdown
+from kvoffload.releases import releases_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-TABLES = {"fix-flags": fix_flags_markdown, "metrics": glossary_markdown}
+RELEASE_TABLE = README.parent / "results" / "releases" / "releases.json"  # kvoffload releases writes it
+TABLES = {"fix-flags": fix_flags_markdown, "metrics": glossary_markdown,
+          "releases": lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()))}
 
 
 def _pattern(name: str) -> re.Pattern[str]:

@@ -43,6 +43,7 @@ ENGINES = (SIMULATOR, *OPTIONAL)
 
 class ReplayEngine(Protocol):
     unmeasured: tuple[str, ...]
+    recorded: dict  # optional: what else the result's config records (vllm-scheduler: the hash seed)
 
     def replay(self, workload: "Workload", choice: "ConnectorChoice", on_step: Callable[[int, int], None] | None,
                trace: bool, max_steps: int | None) -> RunRecord: ...
@@ -50,6 +51,7 @@ class ReplayEngine(Protocol):
 
 class Simulator:
     unmeasured: tuple[str, ...] = ()
+    recorded: dict = {}
 
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         from kvoffload.engine.engine import Engine

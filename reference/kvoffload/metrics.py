@@ -70,11 +70,11 @@ GLOSSARY: tuple[Metric, ...] = (
     Metric("ttft_ms_p50", "lower", MEASURED_MARK + "real model: time to first token, from handing the request "
            "to the engine (before the iteration its arrival maps to) to the end of the iteration that returned "
            "its first token, median over requests with a first token, ms"),
-    Metric("ttft_ms_p99", "lower", MEASURED_MARK + "the same, 99th percentile"),
+    Metric("ttft_ms_p99", "lower", MEASURED_MARK + "real model: the same, 99th percentile"),
     Metric("tpot_ms_p50", "lower", MEASURED_MARK + "real model: time per output token after the first, "
            "(last token's time - first token's time) / (output tokens - 1), median over requests that "
            "finished with 2 or more tokens, ms"),
-    Metric("tpot_ms_p99", "lower", MEASURED_MARK + "the same, 99th percentile"),
+    Metric("tpot_ms_p99", "lower", MEASURED_MARK + "real model: the same, 99th percentile"),
     Metric("prefill_tokens_computed", "lower", MEASURED_MARK + "real model: prompt tokens the model computed, "
            "each request's prompt minus vLLM's `num_cached_tokens` (GPU prefix cache and connector) at its "
            "first schedule"),

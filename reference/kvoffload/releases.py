@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvoffload.core.fixes import PRESETS, Fixes
-from kvoffload.metrics import compute_metrics
+from kvoffload.metrics import MODEL_METRICS, compute_metrics
 from kvoffload.workloads import load_workload
 
 SCHEMA = "kvoffload-bench/releases/v1"
@@ -71,7 +71,8 @@ def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> Si
     first = _observe_first_admissions(engine.connector)
     record = engine.run()
     error = None if record.crash is None else {"message": record.crash, "step": record.crash_step}
-    return SimulatorRow(compute_metrics(record), error, first)
+    metrics = {name: value for name, value in compute_metrics(record).items() if name not in MODEL_METRICS}
+    return SimulatorRow(metrics, error, first)
 
 
 def _observe_first_admissions(core) -> dict[str, list[int]]:
@@ -124,7 +125,55 @@ def compare(release_row: dict, simulated: SimulatorRow) -> dict:
     return row
 
 
+def preset_inside(release_row: dict, preset_row: dict) -> dict:
+    """The release's stock connector against the reference with its preset, both in the
+    release's own scheduler (``kvoffload.vllm.rows --preset``): a connector-only comparison."""
+    inside = SimulatorRow(preset_row["metrics"], preset_row["error"], preset_row["first_admission"])
+    row = compare(release_row, inside)
+    return {key: row[key] for key in ("agreeing", "requests", "agree", "first_differences", "totals")}
+
+
 def known_preset(release: str) -> str | None:
     preset = PRESET_OF[release]
     assert preset is None or preset in PRESETS, preset  # one preset list (core/fixes.py)
     return preset
+
+
+def _pair(name: str, real, simulated) -> str:
+    from kvoffload.metrics import format_value
+
+    a, b = format_value(name, real), format_value(name, simulated)
+    return f"{a} (=)" if a == b else f"{a} / {b}"
+
+
+def releases_markdown(table: dict) -> str:
+    """The README's release table: each release's row beside its preset's ("x (=)" where they
+    agree, else "release / preset"; "-" where an engine cannot measure the metric)."""
+    lines = ["| release | preset | workload | sched | requests agreeing | GPU-hit tokens | connector-hit tokens "
+             "| poisoned | crashes | leaked | last-block hit | offload hit | submit p50 / p99 | µs/step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for entry in table["releases"]:
+        for row in entry["rows"]:
+            head = f"| {entry['release']} | {entry['preset']} | {row['workload']} | {row['scheduling']} |"
+            if "setup_error" in row:
+                lines.append(f"{head} setup failed: {row['setup_error']} |" + " |" * 9)
+                continue
+            real, sim = row["release"]["metrics"], row["preset"]["metrics"]
+            totals = row["totals"]
+            cells = [f"{row['agreeing']}/{row['requests']}",
+                     _pair("requests", totals["release"]["gpu_hit_tokens"], totals["preset"]["gpu_hit_tokens"]),
+                     _pair("requests", totals["release"]["connector_hit_tokens"],
+                           totals["preset"]["connector_hit_tokens"])]
+            cells += [_pair(name, real.get(name), sim.get(name))
+                      for name in ("poisoned_loads", "crashes", "leaked_requests", "last_block_hit_rate",
+                                   "offload_hit_rate")]
+            cells.append(" · ".join(_pair(name, real.get(name), sim.get(name)) for name in
+                                    ("store_submit_delay_steps_p50", "store_submit_delay_steps_p99")))
+            us = "connector_us_per_step"
+            cells.append(f"{format_us(real.get(us))} / {format_us(sim.get(us))}")
+            lines.append(head + " " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_us(value) -> str:
+    return "-" if value is None else f"{value:.0f}"

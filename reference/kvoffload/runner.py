@@ -55,15 +55,17 @@ def replay_workload(workload: Workload, choice: ConnectorChoice,
         workload={"name": workload.name, "source": str(workload.source), "seed": workload.seed,
                   "requests": len(workload.requests)},
         connector=choice.describe(),
-        config={**dataclasses.asdict(workload.engine), "engine": engine, "connector": choice.source},
+        config={**dataclasses.asdict(workload.engine), "engine": engine, "connector": choice.source,
+                **getattr(replayer, "recorded", {})},
         metrics=metrics, seed=workload.engine.seed,
         error=error)
     # What the livelock and invariant_violations metrics count, in detail.
     result["diagnostics"] = {"livelock": record.livelock,
                              "invariant_violations": list(record.invariant_violations)}
     # The whole store-delay distributions ({steps: chunks}), not only the percentiles: the report draws them.
-    if record.engine_settings is not None:
+    if record.engine_settings is not None:  # a real model's run: what ran, and what the connector counted
         result["engine_settings"] = record.engine_settings
+        result["connector_stats"] = record.connector_stats
     if record.oracle is not None:
         result["oracle"] = record.oracle
     result["distributions"] = {name: {str(k): v for k, v in sorted(Counter(delays).items())} for name, delays in

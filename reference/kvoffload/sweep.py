@@ -86,7 +86,8 @@ def check_cells(cells: Sequence[Cell]) -> None:
 
 def run_cell(cell: Cell, out_dir: Path) -> tuple[Path, bool]:
     """Replay one cell and write its result file; (path, failed). Runs in a worker process."""
-    from kvoffload.runner import ConnectorChoice, replay_workload
+    from kvoffload.choice import ConnectorChoice
+    from kvoffload.runner import replay_workload
     from kvoffload.workloads import load_workload
 
     workload = load_workload(cell.workload, dict(cell.settings))

@@ -1,4 +1,4 @@
-"""Input nobody here wrote: every class of issue 15 fails fast, with one line, exit 2, nothing written.
+"""Input nobody here wrote: every class of issues 15 and 22 fails fast, with one line, exit 2, nothing written.
 
 Each case builds its files in a fresh folder, runs the command in-process and checks: exit 2, one
 line on stderr starting ``kvoffload: error:`` and naming the problem, no traceback, no file
@@ -11,6 +11,7 @@ message (the closing table of issue 15).
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -127,7 +128,8 @@ RESULT = REPO / "results" / "runs" / "bench-multi-turn-reference.json"
 ASV_RESULT = next(path for path in sorted((REPO / "results" / "asv").glob("*/*.json")) if path.name != "machine.json")
 
 
-def result_file(name: str = "a.json", *, raw: "Callable[[str], str] | None" = None, **changes) -> Callable[[Path], None]:
+def result_file(name: str = "a.json", *, raw: "Callable[[str], str] | None" = None,
+                **changes) -> Callable[[Path], None]:
     """A copy of a bundled run result with top-level keys changed, or its text rewritten by ``raw``."""
     def write(folder: Path) -> None:
         path = folder / name
@@ -325,6 +327,9 @@ CASES = [
     Case("compare a result whose connector.disabled is a string", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
          "a.json: key connector.disabled: expected a list of fix names, got 'all'",
          result_file(raw=lambda text: text.replace('"disabled": []', '"disabled": "all"', 1))),
+    Case("report: the only result's provenance is a string (AttributeError)", REPORT,
+         "src: no readable result files (1 ignored; the first: {tmp}/src/a.json: key provenance: expected an object "
+         "or null, got 'by hand')", result_file("src/a.json", provenance="by hand")),
     Case("report: an asv date of 5,000 digits", REPORT,
          "src/asv/m/x.json: expected integers of at most 4,300 digits (an asv result file), got an integer of 5,000",
          asv_date(HUGE)),
@@ -447,6 +452,92 @@ def test_report_lists_malformed_results_as_ignored_and_reads_the_rest(tmp_path):
         f"{tmp_path}/huge.json: expected integers of at most 4,300 digits, got an integer of 5,000 digits at line "
         f"{steps_line}",
         f"{tmp_path}/string-provenance.json: key provenance: expected an object or null, got 'by hand'"]
+
+
+SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
+# git -C PATH, python -c CODE: the next element is the option's value, whatever it starts with
+OPTIONS_WITH_A_VALUE = {"-C", "-c"}
+# Modules run as ``python -m MODULE ARGS`` that read ARGS as positional values, no option parsing:
+# after them an element is a value whatever it starts with (like after "--").
+POSITIONAL_MODULES = {"kvoffload.vllm.rows"}  # main(argv): one "workload:scheduling" job per element
+
+
+def _list_assigned(tree: ast.AST, call: ast.Call, name: str) -> ast.List | None:
+    """The list literal last assigned to ``name`` before ``call`` (an argv built in a variable)."""
+    found = None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and node.lineno < call.lineno and isinstance(node.value, ast.List)
+                and any(isinstance(target, ast.Name) and target.id == name for target in node.targets)):
+            if found is None or node.lineno > found.lineno:
+                found = node
+    return found.value if found is not None else None
+
+
+def _string_constants(tree: ast.AST) -> set[str]:
+    """Names the module assigns a string literal (``_CHILD = "import ..."``): literals by another name."""
+    return {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for target in node.targets if isinstance(target, ast.Name)}
+
+
+def option_injections(tree: ast.AST, where: str) -> list[str]:
+    """Places in ``tree`` where a computed string could reach a subprocess as an option: in an
+    argv given as a list (or a variable assigned one), an element that is not a string literal,
+    not the program (element 0), not after ``--`` or ``-m`` and a module of POSITIONAL_MODULES,
+    and not the value of an option in OPTIONS_WITH_A_VALUE; an argv that is not a list at all; a
+    shell (``os.system``, ``shell=True``)."""
+    found = []
+    constants = _string_constants(tree)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        owner = node.func.value.id if isinstance(node.func.value, ast.Name) else ""
+        name = f"{owner}.{node.func.attr}"
+        if owner == "os" and (node.func.attr == "system" or node.func.attr.startswith(("exec", "spawn", "popen"))):
+            found.append(f"{where}:{node.lineno}: {name}")
+            continue
+        if owner != "subprocess" or node.func.attr not in SUBPROCESS_CALLS:
+            continue
+        if any(keyword.arg == "shell" for keyword in node.keywords):
+            found.append(f"{where}:{node.lineno}: {name}(shell=...)")
+        argv = node.args[0] if node.args else None
+        if isinstance(argv, ast.Name):
+            argv = _list_assigned(tree, node, argv.id)
+        if not isinstance(argv, (ast.List, ast.Tuple)):
+            found.append(f"{where}:{node.lineno}: {name} with a computed argv")
+            continue
+        options_over = False
+        for position, element in enumerate(argv.elts):
+            literal = isinstance(element, ast.Constant) and isinstance(element.value, str) or (
+                isinstance(element, ast.Name) and element.id in constants)
+            after_value_option = position and isinstance(argv.elts[position - 1], ast.Constant) \
+                and argv.elts[position - 1].value in OPTIONS_WITH_A_VALUE
+            if not (literal or position == 0 or options_over or after_value_option):
+                found.append(f"{where}:{node.lineno}: {name}, element {position} ({ast.unparse(element)})")
+            value = element.value if isinstance(element, ast.Constant) else None
+            options_over = options_over or (literal and value == "--") or (
+                literal and value in POSITIONAL_MODULES and position
+                and isinstance(argv.elts[position - 1], ast.Constant) and argv.elts[position - 1].value == "-m")
+    return found
+
+
+def test_no_computed_string_reaches_a_subprocess_as_an_option():
+    """Issue 22: ``gate --baseline=--output=X`` reached git as an option. Every subprocess call of
+    the package passes an argv list whose computed elements cannot be read as options (gate.py
+    aside: its git calls are checked by the gate's own tests)."""
+    sources = [path for path in sorted((REPO / "reference" / "kvoffload").rglob("*.py")) if path.name != "gate.py"]
+    found = [place for path in sources
+             for place in option_injections(ast.parse(path.read_text()), str(path.relative_to(REPO)))]
+    assert found == []
+    # the check itself: a user's ref given to git show, a shell, a computed argv are all found
+    planted = ast.parse("subprocess.run(['git', '-C', root, 'show', ref])\nsubprocess.run(['git', 'show', '--', ref])\n"
+                        "subprocess.run(argv)\nos.system(line)\nsubprocess.run(['ls'], shell=True)\n"
+                        "command = [python, '-m', 'kvoffload.vllm.rows', *jobs]\nsubprocess.run(command)\n"
+                        "command = [python, '-m', 'pytest', *user_args]\nsubprocess.run(command)\n"
+                        "CODE = 'print(1)'\nsubprocess.Popen([python, '-c', CODE])\nsubprocess.Popen([python, code])\n")
+    assert [place.split(": ", 1)[1] for place in option_injections(planted, "x")] == [
+        "subprocess.run, element 4 (ref)", "subprocess.run with a computed argv", "os.system",
+        "subprocess.run(shell=...)", "subprocess.run, element 3 (*user_args)", "subprocess.Popen, element 1 (code)"]
 
 
 def test_a_long_gap_is_accepted_not_rejected(tmp_path):

@@ -4,7 +4,8 @@ Hypothesis draws a program of events (the equivalent of a rule-based state machi
 fire at chosen steps): arrivals with shared prefixes and lengths around chunk boundaries,
 follow-up turns, aborts (queued, mid-prefill, decoding, loading), preemptions (a small GPU
 pool), reset_cache, manager allocation failures, failed stores and loads, speculative decoding
-with rejections (sync and async scheduling alike), 1 or 4 blocks per chunk, several workers. Then:
+with rejections (sync and async scheduling alike), 1 or 4 blocks per chunk, several workers,
+storing every chunk or the prompt's only. Then:
 
 - after every step (safety): the connector's and the pool's invariants (the engine, strict),
   every chunk the tier calls ready holds exactly the KV of the prefix its key names, and every
@@ -41,6 +42,7 @@ from kvoffload.core.types import RequestStatus, TransferKind
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import Engine
 from kvoffload.engine.oracle import as_signed, prefix_fingerprints
+from kvoffload.engine.record import last_written_chunk_end
 from kvoffload.engine.requests import RequestSpec
 
 MAX_STEPS = 600  # far above what any drawn program needs: reaching it is a hang
@@ -94,7 +96,8 @@ def programs(draw) -> Program:
         # (docs/engine.md, "Speculative decoding"): a story pins that, the fuzzer stays above it.
         max_num_batched_tokens=draw(st.integers(max(2, 1 + spec_tokens), 24)), spec_tokens=spec_tokens,
         workers=draw(st.integers(1, 3)), scheduling=scheduling,
-        store_completion_steps=draw(st.integers(0, 3)), seed=draw(st.integers(0, 1000)))
+        store_completion_steps=draw(st.integers(0, 3)), seed=draw(st.integers(0, 1000)),
+        offload_prompt_only=draw(st.booleans()))
     disturbed = not infinite or draw(st.booleans())
     return Program(
         config, tuple(requests),
@@ -113,6 +116,7 @@ class TierOracle:
         self.bpc = cfg.blocks_per_chunk
         self.expected: dict[bytes, np.ndarray] = {}
         self.keys_of: dict[str, list[bytes]] = {}
+        self.first_gpu_hit: dict[str, int] = {}  # tokens of each request's first GPU prefix hit
         for spec in program.requests:
             truth = spec.prompt_token_ids + spec.output_token_ids
             hashes = Request(spec.req_id, truth, cfg.block_size).block_hashes
@@ -158,6 +162,13 @@ def replay_program(program: Program, fixes: Fixes | None = None):
             return plain(req_id, keys, *args)
 
         manager.prepare_store = prepare_store
+    observer, admitted = eng.observer, eng.observer.admitted
+
+    def first_gpu_hit(live, num_local, hits, parent):  # what the served-oracle asks of a follow-up
+        oracle.first_gpu_hit.setdefault(live.req_id, num_local)
+        admitted(live, num_local, hits, parent)
+
+    observer.admitted = first_gpu_hit
     record = eng.run()
     return eng, record, oracle
 
@@ -180,17 +191,35 @@ def check_program(program: Program, fixes: Fixes | None = None) -> None:
     for req_id, live in eng.scheduler.finished.items():
         req = live.req
         if req.status is RequestStatus.FINISHED_ABORTED:
-            written = req.num_computed_tokens
+            # Under async scheduling the computed tokens run ahead of the known ones (the step in
+            # flight: its sample, its drafts); a chunk is keyed, so stored, only once its tokens are known.
+            written = min(req.num_computed_tokens, req.num_tokens)
         else:
             written = max(req.num_prompt_tokens, req.num_tokens - 1)
+        if program.config.offload_prompt_only:
+            written = min(written, req.num_prompt_tokens)
         for chunk, key in enumerate(oracle.keys_of[req_id][:written // tpc]):
             assert eng.connector.manager.state_of(key) == "ready", f"{req_id} chunk {chunk} was never stored"
     # A parent's final chunk is stored by the schedule after its finish (the deferred final store,
     # vLLM PR #48596): a follow-up admitted by that very schedule legitimately misses it. Two
     # steps of think time put the follow-up's first lookup after it, in sync and async alike.
+    if program.config.offload_prompt_only:
+        return  # a parent's output chunks are never stored: its follow-ups are served their prompt only
+    # vLLM's complete-chunk rule (_lookup_complete_chunks): a hit that adds less than a whole chunk
+    # beyond the GPU prefix hit is 0. A follow-up whose GPU hit ends inside its parent's last
+    # written chunk (that chunk's last block was never cached: sync caches blocks at allocation,
+    # and the parent's final step accepted drafts into it) cannot be served that chunk.
     think = {spec.req_id: spec.think_steps for spec in program.requests}
-    unserved = [c.req_id for c in record.continuations if c.eligible and not c.served and think[c.req_id] >= 2]
+    parents = {spec.req_id: spec.parent for spec in program.requests}
+    unserved = [c.req_id for c in record.continuations if c.eligible and not c.served and think[c.req_id] >= 2
+                and last_chunk_end(eng, parents[c.req_id]) - oracle.first_gpu_hit[c.req_id] >= tpc]
     assert unserved == [], f"continuations not served: {unserved}"
+
+
+def last_chunk_end(eng: Engine, parent_id: str) -> int:
+    parent = eng.scheduler.finished[parent_id]
+    return last_written_chunk_end(parent.req.num_tokens, parent.req.num_computed_tokens,
+                                  parent.status is RequestStatus.FINISHED_ABORTED, eng.config.tokens_per_chunk)
 
 
 @given(programs())
@@ -205,3 +234,13 @@ def test_reference_connector_against_the_oracle_from_a_fresh_seed(program):
     """New examples every run (the seed is in the session header): the derandomized search above
     explores the same examples each time, so CI would never find anything it missed."""
     check_program(program)
+
+
+@settings(max_examples=20, derandomize=True)
+@given(programs())
+def test_a_failing_program_prints_as_the_code_that_rebuilds_it(program):
+    """Hypothesis prints the falsifying ``Program(...)`` with repr: it must evaluate back to the
+    same program, so that a failure found from a fresh seed becomes a story in
+    test_fuzz_regressions.py by pasting it."""
+    names = {"Program": Program, "EngineConfig": EngineConfig, "RequestSpec": RequestSpec}
+    assert eval(repr(program), names) == program

@@ -42,3 +42,34 @@ def test_a_load_that_fails_across_a_reset_is_recomputed(scheduling, spec_tokens)
                           store_completion_steps=3, strict_lifecycle=True, scheduling=scheduling)
     requests = (R("r0", (3, 3), (3,)), R("r1", (3,) * 5, (3, 3, 3)), R("r2", (3, 3), (3,)))
     check_program(Program(config, requests, resets=(8,), failed_job_ids=frozenset({3})))
+
+
+def test_a_follow_up_whose_gpu_hit_ends_inside_its_parents_last_chunk_is_not_served_it():
+    """Found by the nightly profile (sync, 2 drafts, 8-token chunks). r1's final step accepted
+    two drafts into its last written chunk (positions 56-63); sync scheduling caches blocks only
+    at allocation (vLLM's Scheduler has no cache_blocks after an output), so block 31 (positions
+    62-63) is never cached and r2's GPU hit stops at 62. The connector holds the chunk, but
+    loading it would add 2 tokens, less than a chunk: vLLM's complete-chunk rule
+    (``_lookup_complete_chunks``) answers 0. Not a connector bug: the served-oracle now asks
+    only follow-ups whose GPU hit leaves a whole chunk of their parent's written prefix."""
+    config = EngineConfig(gpu_blocks=47, cpu_chunks=26, block_size=2, blocks_per_chunk=4, max_num_seqs=1,
+                          max_num_batched_tokens=3, spec_tokens=2, store_completion_steps=0)
+    r0 = R("r0", (3,) * 16, (3,) * 14, stop="eos", accept_counts=(0,))
+    r1 = R("r1", r0.prompt_token_ids + r0.output_token_ids + (3,) * 23, (3,) * 12, stop="eos",
+           parent="r0", accept_counts=(0, 2))
+    r2 = R("r2", r1.prompt_token_ids + r1.output_token_ids + (3,) * 22 + (9,), (3,), stop="eos",
+           parent="r1", think_steps=2, accept_counts=(0,))
+    check_program(Program(config, (r0, r1, r2), infinite=True))
+
+
+def test_an_aborted_request_owes_only_the_chunks_whose_tokens_are_known():
+    """Found by the nightly profile once it drew drafts under async scheduling. r0 is aborted
+    while its decode step (position 2 and a draft at 3) is in flight: 4 positions computed, 3
+    tokens known. Chunk 1 (positions 2-3) has no key, since token 3 was never sampled, so it cannot be
+    stored. Not a connector bug: the infinite-capacity oracle now owes an aborted request the
+    chunks below min(computed, known) tokens."""
+    config = EngineConfig(gpu_blocks=5, cpu_chunks=6, block_size=2, max_num_seqs=1, max_num_batched_tokens=2,
+                          spec_tokens=1, store_completion_steps=0, scheduling="async")
+    r0 = R("r0", (3, 3), (3, 3), stop="eos", accept_counts=(0,), abort_after_steps=2)
+    r1 = R("r1", (3, 3, 3, 3, 3), (3,), stop="eos", parent="r0", accept_counts=(0,), abort_after_steps=0)
+    check_program(Program(config, (r0, r1), infinite=True))

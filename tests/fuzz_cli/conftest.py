@@ -11,3 +11,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def pytest_terminal_summary(terminalreporter):
+    from fuzz_inputs import INPUTS
+
+    if INPUTS:
+        counts = ", ".join(f"{category} {count}" for category, count in sorted(INPUTS.items()))
+        terminalreporter.write_line(f"CLI fuzz: {sum(INPUTS.values())} inputs ({counts})")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from datetime import timedelta
 
 from hypothesis import HealthCheck, settings
@@ -24,21 +25,36 @@ from hypothesis import strategies as st
 from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, MAX_TOKENS
 
 _SCALE = float(os.environ.get("KVOFFLOAD_FUZZ_EXAMPLES", "1"))
+# Inputs run in this session, by category (conftest prints them at the end: the harness's count).
+INPUTS: Counter[str] = Counter()
 
 
-def fuzz_settings(examples: int) -> settings:
+def fuzz_settings(examples: int, seconds: float = 15) -> settings:
     return settings(
         max_examples=max(1, int(examples * _SCALE)),
         derandomize=os.environ.get("KVOFFLOAD_FUZZ") != "random",
         database=None,  # no .hypothesis/ folder from CI runs
-        deadline=timedelta(seconds=15),  # the time bound of one input, on a loaded 2-core machine
+        deadline=timedelta(seconds=seconds),  # the time bound of one input, on a loaded 2-core machine
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                HealthCheck.data_too_large, HealthCheck.filter_too_much],
     )
 
 
+class Raw(str):
+    """Text written as it is into TOML (deeply nested arrays) and, by :func:`dumps`, into JSON."""
+
+
+# An integer past CPython's 4,300-digit limit on int(str): json.loads and tomllib raise a bare
+# ValueError on it (issue 22). A Python int this long could not even be printed, so it travels as
+# text and :func:`dumps` / :func:`toml_value` write its digits unquoted.
+HUGE = Raw("9" * 5000)
 HOSTILE_NUMBERS = (float("nan"), float("inf"), float("-inf"), 1e308, -1e308, 1e-300, 0.5, -1, 2**63, -(2**63),
-                   10**400, True, False, None, "12", [], {})
+                   10**400, HUGE, True, False, None, "12", [], {})
+
+
+def dumps(value) -> str:
+    """``json.dumps``, with each :data:`HUGE` written as the number it stands for."""
+    return json.dumps(value).replace(json.dumps(str(HUGE)), str(HUGE))
 STEP_EDGES = (0, MAX_STEP, MAX_STEP + 1, 10**10, 10**18)
 TOKEN_EDGES = (0, 1, 511, 512, 513, MAX_TOKENS, MAX_TOKENS + 1, 10**8, 10**12)
 COUNT_EDGES = (0, 1, MAX_REQUESTS + 1, 10**8)
@@ -73,7 +89,7 @@ def reals() -> st.SearchStrategy:
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=8)  # no lone surrogates: UTF-8 files
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-                         st.floats(allow_nan=True, allow_infinity=True), texts)
+                         st.floats(allow_nan=True, allow_infinity=True), texts, st.just(HUGE))
 json_values = st.recursive(json_scalars, lambda inner: st.lists(inner, max_size=3)
                            | st.dictionaries(texts, inner, max_size=3), max_leaves=8)
 
@@ -91,7 +107,7 @@ def mooncake_line(draw) -> str:
     junk (random JSON, text, deep nesting)."""
     shape = draw(mostly(st.just("record"), st.sampled_from(("json", "text", "nested-extra")), one_in=5))
     if shape == "json":
-        return json.dumps(draw(json_values))
+        return dumps(draw(json_values))
     if shape == "text":
         return draw(texts).replace("\n", " ")
     input_length = draw(mostly(st.integers(1, 1500), lengths()))
@@ -100,14 +116,18 @@ def mooncake_line(draw) -> str:
         "input_length": input_length,
         "output_length": draw(mostly(st.integers(1, 100), lengths())),
     }
-    if isinstance(input_length, int) and not isinstance(input_length, bool) and 0 < input_length < 10**5:
-        record["hash_ids"] = draw(st.lists(st.integers(0, 30), min_size=-(-input_length // 512),
+    known_length = isinstance(input_length, int) and not isinstance(input_length, bool)
+    if known_length and 0 < input_length < 10**5:
+        record["hash_ids"] = draw(st.lists(st.one_of(st.integers(0, 30), st.just(HUGE)) if draw(st.integers(0, 20)) == 0
+                                           else st.integers(0, 30), min_size=-(-input_length // 512),
                                            max_size=-(-input_length // 512)))
+    elif known_length and 0 < input_length <= MAX_TOKENS + 512:  # a request as long as gpu_blocks=auto may size for
+        record["hash_ids"] = [block % 31 for block in range(-(-input_length // 512))]
     else:
         record["hash_ids"] = draw(json_values)
     if draw(st.integers(0, 9)) == 0:
         del record[draw(st.sampled_from(sorted(record)))]  # a missing key
-    text = json.dumps(record)
+    text = dumps(record)
     if shape == "nested-extra":  # an unused key nobody reads, nested deep
         text = text[:-1] + ', "extra": ' + draw(deep_nesting) + "}"
     return text
@@ -127,22 +147,18 @@ def sharegpt_file(draw) -> bytes:
     if shape == "nested":
         return draw(deep_nesting).encode()
     if shape == "json":
-        return json.dumps(draw(json_values)).encode()
+        return dumps(draw(json_values)).encode()
     role = st.sampled_from(("human", "gpt", "human", "gpt", "system", "bard"))
     message = st.fixed_dictionaries({"from": mostly(role, json_scalars), "value": mostly(texts, json_scalars)})
     record = st.fixed_dictionaries({"id": mostly(texts, json_scalars),
                                     "conversations": mostly(st.lists(message, max_size=4), json_values)})
     records = draw(st.lists(mostly(record, json_values), min_size=0, max_size=3))
     if shape == "array":
-        return json.dumps(records).encode()
-    return "\n".join(json.dumps(item) for item in records).encode()
+        return dumps(records).encode()
+    return "\n".join(dumps(item) for item in records).encode()
 
 
 # ---- TOML -----------------------------------------------------------------------------------
-
-
-class Raw(str):
-    """TOML text written as it is (deeply nested arrays)."""
 
 
 def toml_value(value) -> str:

@@ -41,6 +41,7 @@ class PageVisit:
     allowed: list[str] = field(default_factory=list)  # file: URLs the page loaded
     errors: list[str] = field(default_factory=list)
     screenshot: bytes = b""
+    probe: object = None  # the value of ``open_page(..., probe=EXPRESSION)`` after the load
 
 
 class _Pipe:
@@ -107,7 +108,7 @@ class _Pipe:
                 on_event(message)
 
 
-def open_page(url: str, width: int = WIDTH) -> PageVisit:
+def open_page(url: str, width: int = WIDTH, probe: str | None = None) -> PageVisit:
     if CHROMIUM is None:
         raise FileNotFoundError("no Chromium on PATH (apt-get install -y chromium)")
     visit = PageVisit()
@@ -165,6 +166,9 @@ def open_page(url: str, width: int = WIDTH) -> PageVisit:
         images = pipe.call("Runtime.evaluate", {"expression": IMAGES, "returnByValue": True}, session,
                            on_event=on_event)["result"]["value"]
         visit.images = [(src, bool(ok)) for src, ok in json.loads(images)]
+        if probe is not None:
+            visit.probe = pipe.call("Runtime.evaluate", {"expression": probe, "returnByValue": True}, session,
+                                    on_event=on_event)["result"].get("value")
         size = pipe.call("Page.getLayoutMetrics", {}, session, on_event=on_event)["cssContentSize"]
         height = min(int(size["height"]) + 1, 16384)
         pipe.call("Emulation.setDeviceMetricsOverride",

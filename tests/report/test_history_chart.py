@@ -136,3 +136,19 @@ def test_the_listed_changes_name_commits_of_mains_line():
         assert found.returncode == 0, f"changes.csv: {change.commit} is not a commit"
         assert change.metric and change.reason
 
+
+
+def test_the_newest_commit_is_compared_with_the_one_recorded_before_it(tmp_path):
+    from kvoffload.report.moves import latest_moves
+
+    write_history(tmp_path / "asv")
+    points, units = find_asv_points(tmp_path / "asv")
+    sentence, table = latest_moves(points, units, read_main_line(tmp_path / "asv"))
+    assert sentence.startswith(f"main's newest recorded commit {LINE[4][:8]}")
+    assert f"recorded before it, {LINE[2][:8]}: 5 number(s) recorded at both, 2 moved; 1 commit(s) between them have no result" in sentence
+    header, *rows = table
+    by_name = {(row[0], row[1]): row[3:] for row in rows}
+    # the miss rate went up 0 -> 0.004 (worse); the leak count did not move; the measured µs moved with the load
+    assert by_name[("TrackMultiTurn.track_last_block_miss_rate", "reference")] == ("0", "0.004", "+0.004", "worse")
+    assert by_name[("BuildConnectorMeta.track_us_per_step", "1")][3] == "worse (measured: load moves it too)"
+    assert not any("leaked" in row[0] for row in rows)

@@ -78,3 +78,24 @@ def test_a_remote_request_is_aborted_and_counted(site):
     assert sorted(visit.blocked) == ["http://example.com/x.png", "https://cdn.example.com/lib.js"]
     assert ("http://example.com/x.png", False) in visit.images
     assert visit.errors  # a blocked load is an error a reader's console shows
+
+
+# What the pointer meets over the middle of each commit slot of the first history chart.
+HOVER = """JSON.stringify([...document.querySelectorAll('.chart')].filter(c => c.querySelector('a.slot'))[0]
+  ? [...[...document.querySelectorAll('.chart')].filter(c => c.querySelector('a.slot'))[0].querySelectorAll('a.slot')]
+      .map(a => { a.scrollIntoView({block: 'center'}); const r = a.getBoundingClientRect();
+                  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+                  return [hit === a, a.title, r.width > 0 && r.height > 0]; })
+  : [])"""
+
+
+@needs_chromium
+def test_a_history_chart_names_the_commit_under_the_pointer(site):
+    import json
+    import re
+
+    visit = open_page((site / "index.html").as_uri(), probe=HOVER)
+    slots = json.loads(visit.probe)
+    assert len(slots) > 10  # one per commit of main's line (the committed history has them all)
+    assert all(hit and sized for hit, _, sized in slots)  # each slot is on top of the image, with a size
+    assert all(re.match(r"[0-9a-f]{12} \d{4}-\d{2}-\d{2}", title) for _, title, _ in slots)

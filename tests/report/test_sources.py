@@ -39,3 +39,11 @@ def test_one_commit_per_workload_is_drawn(tmp_path, capsys):
     write_run(source / "b-reference.json", "b", "reference", "def")
     assert main(["report", "--from", str(source), "--out", str(out)]) == 0
     assert (out / "index.html").is_file()
+
+
+def test_a_report_with_nothing_run_yet_says_where_results_are(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("kvoffload: error: out: no such directory") and "--from results" in err
+    assert list(tmp_path.iterdir()) == []

@@ -16,3 +16,12 @@ class CrashOnFirstCompletionConnector(KVOffloadConnector):
         if connector_output.kv_connector_worker_meta is not None:
             raise AssertionError("planted: completion bookkeeping broke")
         super().update_connector_output(connector_output)
+
+
+class FenceRemovedConnector(KVOffloadConnector):
+    """The reference with the worker fence removed: a store whose source blocks are handed to
+    another request in this step is not waited for before the forward."""
+
+    def register_kv_caches(self, kv_caches) -> None:
+        super().register_kv_caches(kv_caches)
+        self.worker.handler.wait = lambda job_ids: None

@@ -9,21 +9,34 @@ decoding, vLLM's ``_spec_decode_step_blocks``). The test asserts the measured ag
 floor (an engine change that loses agreement fails) and prints the table; ``-s`` shows it, in
 the markdown of docs/fidelity.md's differential table. The full workloads run on request
 (``KVOFFLOAD_DIFFERENTIAL_FULL=1``; seconds to minutes each).
+
+Every comparison runs under the pinned string hash seed (``kvoffload.vllm.pinned``): with a full
+CPU tier, the order in which vLLM walks a step's finished requests (a ``set[str]``) decides what
+is evicted, and the simulator follows that order for the pinned seed (docs/fidelity.md, "finish
+order"). The rows with ``cpu_chunks=32`` are that repro; there vLLM's own connector must also
+agree with both on every request's admission.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
-from kvoffload.core.fixes import Fixes  # noqa: E402
-from kvoffload.engine.engine import Engine  # noqa: E402
-from kvoffload.vllm.build import ConnectorLoad  # noqa: E402
-from kvoffload.vllm.replay import VllmSchedulerReplay  # noqa: E402
+sys.path.insert(0, str(Path(__file__).parent))  # differential.py: the child interpreter imports it by name
+
+from differential import compare  # noqa: E402
+
+from kvoffload.engine.set_order import HASH_SEED  # noqa: E402
+from kvoffload.metrics import MEASURED_METRICS  # noqa: E402
+from kvoffload.vllm.pinned import call_pinned  # noqa: E402
 
 TARGET = 0.99
 # (workload, scheduling) -> requests agreeing on all four quantities, measured (see docstring)
@@ -37,11 +50,22 @@ AGREEING_TODAY = {
     # The same with a third of the GPU blocks: preemptions, resumed requests, padded decode steps.
     ("spec-decode-small gpu_blocks=24", "sync"): 51,  # of 51
     ("spec-decode-small gpu_blocks=24", "async"): 51,
+    # The finish-order repro: a CPU tier of 32 chunks evicts while several requests finish in one
+    # step. vLLM's own connector gives 640 (sync) and 624 (async) connector-hit tokens here under
+    # PYTHONHASHSEED=0, 640 or 816 and 624, 656 or 848 under other seeds.
+    ("multi-turn-small cpu_chunks=32", "sync"): 53,  # of 53
+    ("multi-turn-small cpu_chunks=32", "async"): 53,
+    # vLLM's scheduler_reserve_full_isl off (admit on the first chunk's blocks), GPU blocks scarce.
+    ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "sync"): 51,  # of 51
+    ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "async"): 51,
 }
 AGREEING_TODAY_FULL = {
     ("spec-decode", "sync"): 388,  # of 388
     ("spec-decode", "async"): 388,
 }
+# The repro's connector-hit tokens, the same for the simulator, our connector and vLLM's (seed 0).
+FINISH_ORDER_REPRO = {("multi-turn-small cpu_chunks=32", "sync"): 640,
+                      ("multi-turn-small cpu_chunks=32", "async"): 624}
 FULL = os.environ.get("KVOFFLOAD_DIFFERENTIAL_FULL") == "1"
 _table: list[str] = []
 ROWS = [pytest.param(name, scheduling, marks=() if (name, scheduling) in AGREEING_TODAY else pytest.mark.skipif(
@@ -50,64 +74,40 @@ ROWS = [pytest.param(name, scheduling, marks=() if (name, scheduling) in AGREEIN
 
 
 @pytest.mark.parametrize("name, scheduling", ROWS)
-def test_simulator_and_vllm_scheduler_agree_per_request(small_workload, core_observer, name, scheduling):
-    observe_core = core_observer
+def test_simulator_and_vllm_scheduler_agree_per_request(name, scheduling):
     base, *settings = name.split()  # "NAME key=value ...": engine settings changed
-    workload = small_workload(base, scheduling=scheduling, **dict(kv.split("=") for kv in settings))
-    simulator = Engine(workload.requests, workload.engine, Fixes())
-    sim = observe_core(simulator.connector)
-    sim_steps = record_schedules(simulator.scheduler, lambda out: out[0].step, lambda out: out[0].num_scheduled_tokens,
-                                 simulator.pool, lambda pool: pool.num_free)
-    sim_record = simulator.run()
-    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"))
-    real = observe_core(replay.scheduler.connector.core)
-    vllm_steps = record_schedules(replay.scheduler, lambda out: replay._step, lambda out: out.num_scheduled_tokens,
-                                  replay.scheduler.kv_cache_manager.block_pool,
-                                  lambda pool: pool.get_num_free_blocks())
-    vllm_record = replay.run()
-    assert sim_record.crash is None and vllm_record.crash is None
+    repro = FINISH_ORDER_REPRO.get((name, scheduling))
+    ids, sim, real, stock = call_pinned(compare, base, scheduling, dict(kv.split("=") for kv in settings),
+                                        repro is not None)
+    assert sim.crash is None and real.crash is None
+    # Store submission delays, measured at each engine's own point (observer / transfer handler):
+    # the same distribution, chunk for chunk.
+    assert sim.store_submit_delays == real.store_submit_delays
 
-    ids = [spec.req_id for spec in workload.requests]
-    agreeing = sum(sim.of(r) == real.of(r) for r in ids)
-    _table.append(table_row(name, scheduling, (sim_record, sim), (vllm_record, real), agreeing, len(ids)))
+    agreeing = sum(sim.per_request[r] == real.per_request[r] for r in ids)
+    _table.append(table_row(name, scheduling, sim.totals, real.totals, agreeing, len(ids)))
     print("\n" + _table[-1])
     floor = {**AGREEING_TODAY, **AGREEING_TODAY_FULL}[(name, scheduling)]
     assert agreeing >= floor, (
-        f"agreement fell to {agreeing}/{len(ids)} (was {floor}); "
-        f"first differences: {[(r, sim.of(r), real.of(r)) for r in ids if sim.of(r) != real.of(r)][:3]}")
+        f"agreement fell to {agreeing}/{len(ids)} (was {floor}); first differences: "
+        f"{[(r, sim.per_request[r], real.per_request[r]) for r in ids if sim.per_request[r] != real.per_request[r]][:3]}")
     if agreeing / len(ids) >= TARGET:
         print(f"  reached the {TARGET:.0%} target")
     # Step by step: the same requests get the same token counts (drafts included) and leave the
     # same number of free GPU blocks, in every step that schedules anything.
-    first = next((step for step in sorted(set(sim_steps) | set(vllm_steps))
-                  if sim_steps.get(step) != vllm_steps.get(step)), None)
-    assert first is None, f"step {first}: simulator {sim_steps.get(first)}, vLLM {vllm_steps.get(first)}"
+    first = next((step for step in sorted(set(sim.steps) | set(real.steps))
+                  if sim.steps.get(step) != real.steps.get(step)), None)
+    assert first is None, f"step {first}: simulator {sim.steps.get(first)}, vLLM {real.steps.get(first)}"
+    if repro is not None:
+        assert sim.totals[2] == real.totals[2] == sum(hit for _, hit in stock.values()) == repro
+        differ = [(r, sim.per_request[r][0], stock.get(r)) for r in ids if sim.per_request[r][0] != stock.get(r)]
+        assert differ == [], f"vLLM's own connector admits differently: {differ[:3]}"
 
 
-def record_schedules(scheduler, step_of, tokens_of, pool, num_free) -> dict[int, tuple]:
-    """Wrap ``scheduler.schedule``: per step that schedules tokens, (tokens per request, free
-    blocks after the schedule)."""
-    steps: dict[int, tuple] = {}
-    schedule = scheduler.schedule
-
-    def recorded(*args):
-        out = schedule(*args)
-        if tokens_of(out):
-            steps[step_of(out)] = (dict(tokens_of(out)), num_free(pool))
-        return out
-
-    scheduler.schedule = recorded
-    return steps
-
-
-def table_row(name, scheduling, simulator, vllm, agreeing: int, total: int) -> str:
+def table_row(name, scheduling, simulator: tuple, vllm: tuple, agreeing: int, total: int) -> str:
     """One row of docs/fidelity.md's differential table: the simulator's figure, "(=)" when
     vLLM's scheduler gives the same, else "simulator / vLLM"."""
-    def totals(record, seen):
-        return (record.steps, record.gpu_hit_tokens, record.connector_hit_tokens_admitted, record.preemptions,
-                sum(seen.chunks_stored.values()), sum(seen.chunks_loaded.values()), len(seen.flushed_jobs))
-    cells = [f"{ours:,} (=)" if ours == theirs else f"{ours:,} / {theirs:,}"
-             for ours, theirs in zip(totals(*simulator), totals(*vllm))]
+    cells = [f"{ours:,} (=)" if ours == theirs else f"{ours:,} / {theirs:,}" for ours, theirs in zip(simulator, vllm)]
     return f"| {name} | {scheduling} | {' | '.join(cells)} | {agreeing}/{total} ({agreeing / total:.1%}) |"
 
 
@@ -119,3 +119,23 @@ def test_print_the_agreement_table():
           "| chunks loaded | flushed jobs | requests agreeing |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(_table))
+
+
+def test_the_repro_command_gives_the_same_numbers_under_any_callers_seed(tmp_path):
+    """`kvoffload run --engine vllm-scheduler --connector stock` on the repro, called from
+    processes with hash seeds 1 and 2 (which gave 640 and 816 connector-hit tokens before the
+    engine pinned its own): the same metrics, and the seed in the result's config."""
+    results = []
+    for caller_seed in (1, 2):
+        out = tmp_path / f"seed{caller_seed}.json"
+        done = subprocess.run([sys.executable, "-m", "kvoffload.cli", "run", "--engine", "vllm-scheduler",
+                               "--connector", "stock", "--workload", "multi-turn-small", "--set", "cpu_chunks=32",
+                               "--set", "scheduling=sync", "--quiet", "--out", str(out)],
+                              env=dict(os.environ, PYTHONHASHSEED=str(caller_seed)), capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        results.append(json.loads(out.read_text()))
+    assert [r["config"]["python_hash_seed"] for r in results] == [HASH_SEED, HASH_SEED]
+    counted = [{k: v for k, v in r["metrics"].items() if k not in MEASURED_METRICS} for r in results]
+    assert counted[0] == counted[1]
+    assert counted[0]["offload_hit_rate"] > 0 and counted[0]["poisoned_loads"] == 0

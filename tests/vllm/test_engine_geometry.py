@@ -36,3 +36,21 @@ def test_the_tiny_model_and_a_model_directory(tmp_path):
     assert (model.dummy, model.dtype, model.head_dim, model.logprob_tolerance) == (False, "bfloat16", 128, 0.15)
     with pytest.raises(ConfigError, match="no config.json"):
         ModelChoice.named(tmp_path / "missing")
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(ConfigError, match="no weights there"):
+        ModelChoice.named(tmp_path)
+
+
+def test_the_seeded_checkpoint_has_every_llama_weight_and_depends_on_the_seed():
+    from kvoffload.vllm.geometry import TINY_MODEL_DIR
+    from kvoffload.vllm.weights import llama_shapes, seeded_weights
+
+    config = json.loads((TINY_MODEL_DIR / "config.json").read_text())
+    shapes = llama_shapes(config)
+    assert len(shapes) == 3 + 9 * 2  # embeddings, final norm, lm head; 9 tensors per layer
+    assert shapes["model.layers.1.self_attn.k_proj.weight"] == (2 * 64, 256)
+    small = {**config, "vocab_size": 64}  # the same draws cost less with a small vocabulary
+    first, again, other = seeded_weights(small, 20), seeded_weights(small, 20), seeded_weights(small, 21)
+    assert all((first[name] == again[name]).all() for name in first)
+    assert not (first["lm_head.weight"] == other["lm_head.weight"]).all()
+    assert (first["model.norm.weight"] == 1).all()

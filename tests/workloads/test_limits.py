@@ -54,3 +54,25 @@ def test_the_budget_stops_a_request_longer_than_the_gpu_pool_before_its_tokens_e
     with pytest.raises(WorkloadError, match=r"w.toml: request b: expected prompt \+ output within max_model_len 158"):
         budget.add("request b", 100, 59)
     assert (budget.requests, budget.tokens) == (1, 158)
+
+
+def test_the_memory_check_counts_at_least_what_a_full_gpu_pool_holds_per_block():
+    """Issue 22: a gpu_blocks=auto pool grew past what the memory check counted. Every block of a
+    pool handed out and committed (its hash findable): the Python memory traced per block stays
+    within POOL_BYTES_PER_BLOCK (hashes aside: the requests own them)."""
+    import hashlib
+    import tracemalloc
+
+    from kvoffload.engine.block_pool import BlockPool
+    from kvoffload.workloads.limits import POOL_BYTES_PER_BLOCK
+
+    blocks = 2**14
+    hashes = [hashlib.sha256(i.to_bytes(8, "little")).digest() for i in range(blocks - 1)]
+    tracemalloc.start()
+    try:
+        pool = BlockPool(blocks, 16)
+        pool.commit(pool.allocate(blocks - 1), hashes, 0, blocks - 1)
+        traced = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 150 * blocks < traced <= POOL_BYTES_PER_BLOCK * blocks  # 150: the check measures a pool at all

@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dispatch(argv: Sequence[str] | None = None) -> int:
     try:
+        for text in sys.argv[1:] if argv is None else argv:
+            if "\0" in text:  # no path or value can hold one (a shell cannot pass one; a caller can)
+                raise UsageError(f"argument {text!r}: holds a NUL byte")
         args = build_parser().parse_args(argv)
         return args.handler(args)
     except BrokenPipeError:  # output piped into `head`: not an error of ours

@@ -20,17 +20,20 @@ BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
 # The fixes of the founding bug reports (vLLM PR #48596's scheduler and worker halves, PR #54288,
 # PR #49671), each switched off in turn: on the bundled workloads each one moves a figure of the
 # table (README, "Reading the results": which one where).
-SEED_FIXES = ("last_block_at_finish", "flush_submits_before_wait", "final_token_watermark", "deferred_finish_signal")
+SEED_FIXES = ("last_block_at_finish", "flush_submits_before_wait", "final_token_watermark",
+              "deferred_finish_signal")
 # (preset, disabled fixes): the reference, the reference without each seed fix, every preset in release order
 BENCH_CONNECTORS = ((None, ()), *((None, (fix,)) for fix in SEED_FIXES), *((preset, ()) for preset in PRESETS))
 # The metrics of the one-screen comparison, in order, with their column headings.
 TABLE_METRICS = (
-    "last_chunk_offloaded_rate", "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads", "lifecycle_violations",
+    "last_chunk_offloaded_rate", "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads",
+    "lifecycle_violations",
     "leaked_requests", "crashes", "livelock", "invariant_violations", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
     "tokens_per_s_modeled", "connector_us_per_step",
 )
 SHORT_NAMES = {
-    "last_chunk_offloaded_rate": "last-chunk", "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload", "gpu_hit_rate": "gpu",
+    "last_chunk_offloaded_rate": "last-chunk", "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload",
+    "gpu_hit_rate": "gpu",
     "poisoned_loads": "poison", "lifecycle_violations": "lifecyc", "leaked_requests": "leaked",
     "crashes": "crash", "livelock": "livelock", "invariant_violations": "invar",
     "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
@@ -39,7 +42,8 @@ SHORT_NAMES = {
 
 
 def register(sub) -> None:
-    bench = sub.add_parser("bench", help="the main job: bundled workloads x reference and vLLM presets")
+    bench = sub.add_parser("bench", help="the main job: bundled workloads x the reference, the reference without "
+                                         "each seed fix, and the vLLM presets")
     bench.add_argument("--small", action=OnceTrue, help="the -small workloads (seconds, for a smoke run)")
     bench.add_argument("--out-dir", action=Once, type=Path, default=DEFAULT_ROOT / "runs", metavar="DIR",
                        help=f"folder for one result file per run and the summary (default {DEFAULT_ROOT / 'runs'}/); "

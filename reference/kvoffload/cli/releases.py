@@ -4,7 +4,8 @@ For each release (default: one per minor, 0.25.0 to 0.32.0) the command starts t
 venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise; ``scripts/setup-vllm VERSION``
 creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
 replays the same workloads in the simulator with the release's preset (``kvoffload.releases``).
-The table goes to ``results/releases/releases.json`` and stdout. Subprocesses run with a pinned
+The table goes to ``results/releases/releases.json`` (a run of some releases replaces their
+entries and keeps the others) and stdout. Subprocesses run with a pinned
 ``PYTHONHASHSEED`` (vLLM keeps finished requests in a set) and are bounded by ``--timeout``.
 """
 
@@ -20,12 +21,12 @@ from pathlib import Path
 import kvoffload
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import check_output_file
+from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
 from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, SMALL_WORKLOADS, compare,
-                                known_preset, preset_label, simulator_row, venv_name)
+                                known_preset, preset_inside, preset_label, simulator_row,
+                                venv_name)
 from kvoffload.results import write_atomic
-
-HASH_SEED = "0"
 
 
 def register(sub) -> None:
@@ -66,24 +67,51 @@ def _cmd_releases(args: argparse.Namespace) -> int:
             if key not in presets:
                 presets[key] = simulator_row(*key)
             compared.append(compare(real, presets[key]))
+        # Where the release and the simulator disagree: the preset in the release's own scheduler.
+        # Agreeing with the stock connector there, the preset is right and the schedulers differ.
+        differing = [(row["workload"], row["scheduling"]) for row in compared if not row.get("agree", True)]
+        if differing:
+            inside, more = _release_rows(release, differing, args.timeout, preset or "reference")
+            seconds += more
+            by_job = {(row["workload"], row["scheduling"]): row for row in inside}
+            for row, real in zip(compared, rows):
+                ours = by_job.get((row["workload"], row["scheduling"]))
+                if ours is not None and "setup_error" not in ours and "setup_error" not in real:
+                    row["preset_in_release_scheduler"] = preset_inside(real, ours)
         entries.append({"release": release, "preset": preset_label(release), "seconds": round(seconds, 1),
                         "rows": compared})
         print(_table([entries[-1]]), flush=True)
     elapsed = time.perf_counter() - started
-    write_atomic(out, {"schema": SCHEMA, "hash_seed": int(HASH_SEED), "seconds": round(elapsed, 1),
-                       "releases": entries})
+    kept = [entry for entry in _earlier_entries(out) if entry["release"] not in releases]
+    entries = sorted(kept + entries, key=lambda entry: RELEASES.index(entry["release"]))
+    write_atomic(out, {"schema": SCHEMA, "hash_seed": HASH_SEED,
+                       "seconds": round(sum(entry["seconds"] for entry in entries), 1), "releases": entries})
     print(f"\n{len(releases)} releases x {len(jobs)} replays in {elapsed:.0f} s; table in {out}")
     return 0
 
 
-def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int) -> tuple[list[dict], float]:
+def _earlier_entries(out: Path) -> list[dict]:
+    """The releases an earlier run put in ``out``: a run of some releases replaces theirs and
+    keeps the others (each entry says how long its own run took)."""
+    try:
+        earlier = json.loads(out.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(earlier, dict) or earlier.get("schema") != SCHEMA:
+        return []
+    return [entry for entry in earlier.get("releases", ()) if entry.get("release") in RELEASES]
+
+
+def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int,
+                  preset: str | None = None) -> tuple[list[dict], float]:
     """The release's rows, from its own venv; a release that dies or hangs is a usage-level
     failure of this command (one line), not a row."""
     python = Path(venv_name(release)) / "bin" / "python"
     source_root = Path(kvoffload.__file__).resolve().parents[1]  # this checkout's code in every venv
-    env = {**os.environ, "PYTHONHASHSEED": HASH_SEED, "VLLM_LOGGING_LEVEL": "ERROR",
+    env = {**os.environ, "PYTHONHASHSEED": str(HASH_SEED), "VLLM_LOGGING_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    command = [str(python), "-m", "kvoffload.vllm.rows", *(f"{w}:{s}" for w, s in jobs)]
+    command = [str(python), "-m", "kvoffload.vllm.rows", *(("--preset", preset) if preset else ()),
+               *(f"{w}:{s}" for w, s in jobs)]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
@@ -124,6 +152,11 @@ def _table(entries: list[dict]) -> str:
                 f"  {crash:>9}  {pair('leaked_requests', zero['leaked_requests']['release'], zero['leaked_requests']['preset']):>7}"
                 f"  {pair('last_block_hit_rate', real.get('last_block_hit_rate'), sim.get('last_block_hit_rate')):>11}"
                 f"  {pair('offload_hit_rate', real.get('offload_hit_rate'), sim.get('offload_hit_rate')):>11}")
+            inside = row.get("preset_in_release_scheduler")
+            if inside:
+                lines.append(f"      the preset in vLLM {entry['release']}'s own scheduler: {inside['agreeing']}/"
+                             f"{inside['requests']} requests as the release's stock connector"
+                             f"{' (agree: the schedulers differ)' if inside['agree'] else ''}")
             for side in ("release", "preset"):
                 error = row[side]["error"]
                 if error:

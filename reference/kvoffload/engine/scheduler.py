@@ -20,6 +20,7 @@ from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
+from kvoffload.engine.set_order import set_iteration_order
 
 
 class Scheduled(NamedTuple):
@@ -111,7 +112,8 @@ class SchedulerModel:
             self._schedule_waiting(budget, scheduled, num_scheduled, new_blocks)
         if scheduled and any(item.num_tokens for item in scheduled):
             self.scheduled_seq += 1
-        finished = tuple(self.finished_since_schedule)
+        # vLLM keeps them in a set of str: the connector walks them in the set's order (set_order.py)
+        finished = set_iteration_order(self.finished_since_schedule)
         self.finished_since_schedule = []
         out = SchedulerOutput(step=step, num_scheduled_tokens=num_scheduled, new_block_ids=new_blocks,
                               finished_req_ids=finished, preempted_req_ids=tuple(preempted))

@@ -41,7 +41,9 @@ from kvoffload.report.changes import read_changes
 from kvoffload.report.delays import draw_store_delays
 from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_ablation, draw_capacity
 from kvoffload.report.history import draw_asv_history
+from kvoffload.report.moves import latest_moves
 from kvoffload.report.page import Page, write_html, write_markdown
+from kvoffload.report.releases import draw_releases
 from kvoffload.report.sources import (
     asv_param_names,
     check_one_axis,
@@ -90,6 +92,8 @@ def draw_report(source: Path, out: Path) -> Path:
     runs, ignored = find_runs(source)
     check_one_axis(runs)  # runs of two commits never share a chart
     points, units = find_asv_points(source / "asv")
+    if not runs and not points and ignored:  # the one thing to say: why the results were not read
+        raise ResultError(f"{source}: no readable result files ({len(ignored)} ignored; the first: {ignored[0]})")
     if not runs and not points:
         raise ResultError(f"{source}: no result files (expected kvoffload run results, *.json at any depth, "
                           f"or asv results under {source / 'asv'}/<machine>/)")
@@ -109,12 +113,16 @@ def draw_report(source: Path, out: Path) -> Path:
         page.notes.append("fix ablation, capacity and store delays: no run results (kvoffload bench writes them)")
     if points:
         param_names = asv_param_names(read_asv_suite(source / "asv"))
-        page.charts += draw_asv_history(points, units, out, param_names, read_main_line(source / "asv"),
-                                        read_changes())
+        main_line, changes = read_main_line(source / "asv"), read_changes()
+        page.charts += draw_asv_history(points, units, out, param_names, main_line, changes)
+        page.moves = latest_moves(points, units, main_line, changes)
     else:
         page.notes.append(f"asv history: no asv results under {source / 'asv'} "
                           "(asv run --set-commit-hash ... writes them)")
 
+    releases, missing = draw_releases(source, out)  # results/releases/releases.json (kvoffload releases)
+    page.charts += releases
+    page.notes += [missing] if missing else []
     for chart in page.charts:
         write_data(chart, out)
     index = out / "index.html"

@@ -87,7 +87,13 @@ def _delay_distributions(chosen: Sequence[RunFile]) -> Figure:
             ax.bar([s + offset for s in steps], [counts[s] / total if total else 0.0 for s in steps], width,
                    color=colors[run.label], hatch=HATCHES[i % len(HATCHES)], edgecolor="white", linewidth=0.5,
                    label=f"{run.label} ({total} chunks)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # delays are whole steps
+        shown = sorted({s for run in chosen for s in run.distributions[metric]})
+        if shown and shown[-1] - shown[0] <= 30:  # delays are whole steps: one tick each
+            ax.set_xticks(range(shown[0], shown[-1] + 1))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if shown:
+            ax.set_xlim(shown[0] - 0.6, shown[-1] + 0.6)
         ax.set_xlabel("delay (engine steps)")
         ax.set_ylabel("share of stored chunks")
         ax.set_ylim(0, 1.05)

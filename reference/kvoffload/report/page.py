@@ -41,6 +41,8 @@ class Page:
     notes: list[str] = field(default_factory=list)  # sections skipped, and why
     ignored: list[str] = field(default_factory=list)  # 'path: reason' of malformed result files
     runs: Sequence[RunFile] = ()
+    # under the first question: what moved at the newest commit (report.moves): a sentence, a table
+    moves: tuple[str, tuple[tuple[str, ...], ...]] = ("", ())
 
     def sections(self) -> dict[str, list[Chart]]:
         """Charts by section, in the page's order of questions (others after them)."""
@@ -101,6 +103,14 @@ def write_html(page: Page, path: Path) -> None:
         parts.append(f"<h2 id='{_anchor(section)}'>{e(section)}</h2>")
         if section in SECTION_INTROS:
             parts.append(f"<p>{e(SECTION_INTROS[section])}</p>")
+        if section == SECTIONS[0] and page.moves[0]:
+            sentence, table = page.moves
+            parts.append(f"<p><b>{e(sentence)}</b></p>")
+            if table:
+                header, *rows = table
+                parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
+                             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+                             + "</table>")
         for chart in charts:
             slots = "".join(f"<a class='slot' title='{e(box.title)}' style='left:{box.left:.3f}%;top:{box.top:.3f}%;"
                             f"width:{box.width:.3f}%;height:{box.height:.3f}%'></a>" for box in chart.hover)
@@ -143,6 +153,13 @@ def write_markdown(page: Page, path: Path) -> None:
         lines += [f'<h2 id="{_anchor(section)}">{section}</h2>', ""]
         if section in SECTION_INTROS:
             lines += [SECTION_INTROS[section], ""]
+        if section == SECTIONS[0] and page.moves[0]:
+            sentence, table = page.moves
+            lines += [f"**{sentence}**", ""]
+            if table:
+                header, *rows = table
+                lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+                lines += ["| " + " | ".join(row) + " |" for row in rows] + [""]
         for chart in charts:
             data = f" Data: [{chart.data_file}]({chart.data_file})." if chart.table else ""
             lines += [f'<h3 id="{_anchor(chart.filename)}">{chart.title}</h3>', "",

@@ -248,6 +248,8 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         if not isinstance(row, list) or len(row) <= max(result_col, params_col):
             continue
         values, params = row[result_col], row[params_col] or []
+        if not isinstance(params, list) or not all(isinstance(values_of, list) for values_of in params):
+            continue  # a row of another layout, like a row that is not a list
         version = row[version_col] if version_col is not None and len(row) > version_col else None
         if not isinstance(values, list):
             values = [values]
@@ -321,6 +323,7 @@ def _unquote(text: str) -> str:
 
 def check_source(source: Path) -> None:
     if not source.exists():
-        raise ResultError(f"{source}: no such directory")
+        raise ResultError(f"{source}: no such directory (run, bench and sweep write their results under out/ "
+                          f"unless told otherwise; the published ones: --from results)")
     if not source.is_dir():
         raise ResultError(f"{source}: not a directory")

@@ -81,8 +81,10 @@ def project_scheduler_output(scheduler_output, step: int) -> SchedulerOutput:
 
     New and resumed requests carry their whole block table, running ones the appended blocks
     (``CachedRequestData.new_block_ids``). Only KV cache group 0 exists (no HMA). vLLM keeps
-    finished and preempted ids in sets: they are sorted so that job ids do not depend on the
-    process's string hash seed.
+    finished and preempted ids in sets. Finished ids keep the set's order, as vLLM's own
+    connector walks them (final stores, then ``on_request_finished``): under a pinned
+    ``PYTHONHASHSEED`` it is the simulator's order (``kvoffload.engine.set_order``). Preempted
+    ids only add jobs to a flush set; they are sorted.
     """
     new_block_ids = {}
     for req_id, groups, _resumed in yield_req_data(scheduler_output):
@@ -92,7 +94,7 @@ def project_scheduler_output(scheduler_output, step: int) -> SchedulerOutput:
         step=step,
         num_scheduled_tokens=scheduler_output.num_scheduled_tokens,
         new_block_ids=new_block_ids,
-        finished_req_ids=tuple(sorted(scheduler_output.finished_req_ids or ())),
+        finished_req_ids=tuple(scheduler_output.finished_req_ids or ()),
         preempted_req_ids=tuple(sorted(scheduler_output.preempted_req_ids or ())),
     )
 

@@ -34,6 +34,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.vllm.compat import allocate_kv_caches, use_kv_cache_layout
+from kvoffload.vllm.settings import refuse_unhonoured
 
 TINY_MODEL_DIR = Path(__file__).with_name("tiny_llama")
 # The KV shape of tiny_llama/config.json (a test checks the two agree).
@@ -46,6 +47,7 @@ DEFAULT_LAYOUT = "LBHNC"
 HOST_PAGE = 4096
 
 STOCK = "stock"
+STOCK_CLASS = "OffloadingConnector"
 REFERENCE = "reference"
 
 
@@ -79,9 +81,9 @@ class ConnectorLoad:
             del common["blocks_per_chunk"]
             extra = {**common, "cpu_bytes_to_use": engine.cpu_chunks * chunk_bytes_on_host(engine),
                      "spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE}
-            return KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both",
+            return KVTransferConfig(kv_connector=STOCK_CLASS, kv_role="kv_both",
                                     kv_connector_extra_config=extra)
-        extra = {**common, "cpu_chunks": engine.cpu_chunks}
+        extra = {**common, "cpu_chunks": engine.cpu_chunks, "strict_lifecycle": engine.strict_lifecycle}
         if self.preset:
             extra["preset"] = self.preset
         if self.disabled:
@@ -105,6 +107,9 @@ def chunk_bytes_on_host(engine: EngineConfig) -> int:
 
 
 def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int) -> VllmConfig:
+    """vLLM's config for a replay: every engine setting reaches it (or the connector's options,
+    or the replay's model and copies), or is refused here (``settings.py`` says which)."""
+    refuse_unhonoured(engine, stock=transfer_config.kv_connector == STOCK_CLASS)
     try:
         connector_class = KVConnectorFactory.get_connector_class(transfer_config)
     except (ImportError, AttributeError) as error:
@@ -113,7 +118,8 @@ def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, m
     scheduler_config = SchedulerConfig(
         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
         max_model_len=max_model_len,
-        enable_chunked_prefill=True, is_encoder_decoder=False)
+        enable_chunked_prefill=True, is_encoder_decoder=False,
+        scheduler_reserve_full_isl=engine.reserve_full_isl)
     model_config = ModelConfig(model=str(TINY_MODEL_DIR), dtype="bfloat16", seed=engine.seed,
                                skip_tokenizer_init=True, max_model_len=max_model_len)
     speculative = None

@@ -36,7 +36,7 @@ from kvoffload.vllm.regions import TRANSFER_KINDS, block_regions, make_handler
 from kvoffload.worker.connector import WorkerConnector
 
 _KNOWN_OPTIONS = ("cpu_bytes_to_use", "cpu_chunks", "block_size", "blocks_per_chunk", "offload_prompt_only",
-                  "preset", "disable_fixes", "transfer", "completion_steps")
+                  "strict_lifecycle", "preset", "disable_fixes", "transfer", "completion_steps")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,8 @@ class ConnectorOptions:
     - chunk size: ``block_size`` (tokens, a multiple of the GPU block size) or
       ``blocks_per_chunk`` (default 1), not both;
     - ``offload_prompt_only``: default True, as vLLM's;
+    - ``strict_lifecycle``: default True: the manager counts calls out of lifecycle order
+      (``lifecycle_violations``);
     - ``preset`` (a vLLM release the reference imitates) and ``disable_fixes`` (fix names);
     - ``transfer``: ``auto`` (CUDA handler on CUDA, threaded on CPU), ``threaded``, ``cuda``, or
       ``stepped`` (deterministic; copies when the driver calls ``copy_submitted``) with
@@ -57,6 +59,7 @@ class ConnectorOptions:
     cpu_chunks: int | None
     blocks_per_chunk: int
     offload_prompt_only: bool
+    strict_lifecycle: bool
     fixes: Fixes
     transfer: str
     completion_steps: int
@@ -84,9 +87,10 @@ class ConnectorOptions:
             bpc = extra.get("blocks_per_chunk", 1)
             if not isinstance(bpc, int) or isinstance(bpc, bool) or bpc < 1:
                 raise ConfigError(f"blocks_per_chunk must be a positive integer, got {bpc!r}")
-        prompt_only = extra.get("offload_prompt_only", True)
-        if not isinstance(prompt_only, bool):
-            raise ConfigError(f"offload_prompt_only must be true or false, got {prompt_only!r}")
+        prompt_only, strict = extra.get("offload_prompt_only", True), extra.get("strict_lifecycle", True)
+        for name, value in (("offload_prompt_only", prompt_only), ("strict_lifecycle", strict)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true or false, got {value!r}")
         preset = extra.get("preset")
         fixes = Fixes.preset(preset) if preset else Fixes()
         disabled = extra.get("disable_fixes", ())
@@ -99,7 +103,7 @@ class ConnectorOptions:
         steps = extra.get("completion_steps", 1)
         if not isinstance(steps, int) or steps < 0:
             raise ConfigError(f"completion_steps must be an integer >= 0, got {steps!r}")
-        return cls(cpu_bytes, cpu_chunks, bpc, prompt_only, fixes, transfer, steps)
+        return cls(cpu_bytes, cpu_chunks, bpc, prompt_only, strict, fixes, transfer, steps)
 
     def num_chunks(self, bytes_per_block: int) -> int:
         if self.cpu_chunks is not None:
@@ -133,7 +137,7 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self.config = ConnectorConfig(
             block_size=gpu_block_size, blocks_per_chunk=self.options.blocks_per_chunk,
             cpu_chunks=self.options.num_chunks(bytes_per_block),
-            offload_prompt_only=self.options.offload_prompt_only,
+            offload_prompt_only=self.options.offload_prompt_only, strict_lifecycle=self.options.strict_lifecycle,
             num_workers=vllm_config.parallel_config.world_size)
         self._num_blocks = kv_cache_config.num_blocks
         self.core: ReferenceConnectorScheduler | None = None

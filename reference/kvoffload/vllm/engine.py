@@ -1,19 +1,39 @@
 """The ``vllm-scheduler`` engine as ``kvoffload.engines`` sees it (registered there by import
-path, so that module never imports this package)."""
+path, so that module never imports this package).
+
+Every replay runs under ``PYTHONHASHSEED=HASH_SEED`` (``pinned.py``; in a child interpreter when
+this one hashes otherwise), and the result's config records the seed: vLLM walks finished
+requests in a string set's order, which decides evictions (docs/fidelity.md, "finish order").
+"""
 
 from __future__ import annotations
 
+import importlib.util
+
 from kvoffload.engine.record import RunRecord
-from kvoffload.vllm.build import ConnectorLoad
-from kvoffload.vllm.replay import UNMEASURED, VllmSchedulerReplay
+from kvoffload.engine.set_order import HASH_SEED
+from kvoffload.vllm.pinned import call_pinned
+
+if importlib.util.find_spec("vllm") is None:  # engines.engine_named turns this into its one-line error
+    raise ImportError("No module named 'vllm'")
 
 
 class VllmSchedulerEngine:
-    unmeasured = UNMEASURED
+    unmeasured: tuple[str, ...] = ()  # set by replay (depends on the connector)
+    recorded = {"python_hash_seed": HASH_SEED}  # goes into the result's config
 
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         # trace: the jobs live inside each connector; this engine records none (absent, not empty)
-        load = ConnectorLoad(choice.source, choice.preset, choice.disabled)
-        replay = VllmSchedulerReplay(workload.requests, workload.engine, load, on_step=on_step, max_steps=max_steps)
-        self.unmeasured = replay.unmeasured()  # this instance serves one replay (engines.engine_named)
-        return replay.run()
+        record, self.unmeasured = call_pinned(replay_unpinned, workload.requests, workload.engine,
+                                              (choice.source, choice.preset, choice.disabled), max_steps,
+                                              on_step=on_step)
+        return record  # this instance serves one replay (engines.engine_named)
+
+
+def replay_unpinned(requests, engine, load, max_steps, *, on_step=None) -> tuple[RunRecord, tuple[str, ...]]:
+    """One replay in this process, whatever its hash seed; the record and what it left unmeasured."""
+    from kvoffload.vllm.build import ConnectorLoad
+    from kvoffload.vllm.replay import VllmSchedulerReplay
+
+    replay = VllmSchedulerReplay(requests, engine, ConnectorLoad(*load), on_step=on_step, max_steps=max_steps)
+    return replay.run(), replay.unmeasured()

@@ -28,7 +28,7 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 @dataclass(frozen=True)
 class ModelChoice:
     path: Path
-    dummy: bool  # no weight files: vLLM's dummy loader, then the seeded weights
+    dummy: bool  # the tiny model: no weight files; seeded ones are written for each engine (weights.py)
     dtype: str
     num_layers: int
     num_kv_heads: int
@@ -57,11 +57,17 @@ class ModelChoice:
             dtype, dummy = TINY_DTYPE, True
         else:
             dtype = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
-            dummy = not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin"))
+            dummy = False
+            if not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin")):
+                raise ConfigError(f"--model {directory}: no weights there (*.safetensors or *.bin)")
             if dtype not in _DTYPE_BYTES:
                 raise ConfigError(f"--model {directory}: dtype {dtype!r} is not one of {', '.join(_DTYPE_BYTES)}")
         max_len = int(config.get("max_position_embeddings", 4096))
         return cls(directory, dummy, dtype, layers, kv_heads, head_dim, max_len)
+
+    @property
+    def label(self) -> str:
+        return f"tiny_llama (seeded weights, seed {self.weight_seed})" if self.dummy else str(self.path)
 
     def block_bytes(self, block_size: int) -> int:
         """KV bytes of one block, all layers, K and V."""

@@ -2,7 +2,8 @@
 
 vLLM 0.32's offline V1 engine (``LLMEngine``, the engine core in this process:
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``) runs the model, by default the tiny Llama shape shipped in
-``tiny_llama/`` with seeded random weights (:mod:`kvoffload.vllm.weights`), or any local model
+``tiny_llama/`` with seeded random weights (:mod:`kvoffload.vllm.weights`, written as a
+checkpoint to a temporary folder for the engine's lifetime), or any local model
 directory (``--model``). The connector is loaded as the ``vllm-scheduler`` engine loads it
 (``build.ConnectorLoad``), with real copies (``transfer = "auto"``: threads on the CPU, the
 CUDA handler on CUDA); ``off`` runs no connector and no prefix caching (the oracle's second run).
@@ -23,24 +24,35 @@ plus the follow-up's own new turn.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from pathlib import Path
 from types import SimpleNamespace
+
+from vllm import EngineArgs, LLMEngine, SamplingParams  # without the vllm extra: engines.py says what is missing
+from vllm.distributed.kv_transfer import get_kv_transfer_group, kv_transfer_state
+from vllm.inputs import TokensPrompt
+from vllm.platforms import current_platform
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for every engine
 from kvoffload.engine.record import RunRecord
+from kvoffload.vllm.build import HOST_PAGE, STOCK, ConnectorLoad
 from kvoffload.vllm.geometry import ModelChoice, engine_geometry
-from kvoffload.vllm.outputs import RequestOutcome
+from kvoffload.vllm.observe import AdmissionLedger, timed_methods
+from kvoffload.vllm.outputs import RequestOutcome, compare_outputs
+from kvoffload.vllm.replay import SCHEDULER_CALLS, WORKER_CALLS, _tracked_requests, _transfer_handler
+from kvoffload.vllm.weights import write_seeded_checkpoint
 
 OFF = "off"  # no connector and no prefix caching: the oracle's second run
 # Glossary metrics this engine cannot observe (absent, not zero): the fingerprint oracle, fences
 # and store delays live in the simulated KV cache and engine; the cost model is the simulator's.
 UNMEASURED = ("poisoned_loads", "fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
               "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
-              "livelock", "invariant_violations", "sim_requests_per_s")
+              "livelock", "invariant_violations", "sim_requests_per_s", "last_chunk_offloaded_rate")
 
 
 @dataclass
@@ -59,8 +71,6 @@ def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, prese
     writes it, with real copies and the stock spec's capacity sized for this model's blocks."""
     if source == OFF:
         return None
-    from kvoffload.vllm.build import STOCK, ConnectorLoad, HOST_PAGE
-
     config = ConnectorLoad(source, preset, tuple(disabled)).transfer_config(engine, "auto")
     if source == STOCK:
         chunk = model.block_bytes(engine.block_size) * engine.blocks_per_chunk
@@ -68,12 +78,12 @@ def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, prese
     return config
 
 
-def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_len: int):
-    """vLLM's LLMEngine with the engine core in this process (the driver reads its scheduler)."""
+def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_len: int, weights_dir: Path):
+    """vLLM's LLMEngine with the engine core in this process (the driver reads its scheduler).
+    The tiny model's seeded checkpoint is written to ``weights_dir`` first."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     # Our request ids are unique in a run: keep them, so the scheduler's requests carry them.
     os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
-    from vllm import EngineArgs, LLMEngine
 
     speculative = None
     if engine.spec_tokens:
@@ -81,8 +91,10 @@ def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_l
         # too), proposes the k drafts.
         speculative = {"method": "ngram", "num_speculative_tokens": engine.spec_tokens,
                        "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+    started = time.perf_counter()
+    path = write_seeded_checkpoint(model.path, model.weight_seed, weights_dir) if model.dummy else model.path
     args = EngineArgs(
-        model=str(model.path), load_format="dummy" if model.dummy else "auto", skip_tokenizer_init=True,
+        model=str(path), skip_tokenizer_init=True,
         dtype=model.dtype, seed=engine.seed, block_size=engine.block_size, enforce_eager=True,
         enable_prefix_caching=transfer is not None, kv_transfer_config=transfer, max_model_len=max_model_len,
         num_gpu_blocks_override=engine.gpu_blocks, max_num_seqs=engine.max_num_seqs,
@@ -91,13 +103,8 @@ def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_l
         # The pool's exact size: vLLM's CPU worker would otherwise reserve a share of the machine's
         # memory (gpu_memory_utilization of RAM) and warm the model up to measure it.
         kv_cache_memory_bytes=model.block_bytes(engine.block_size) * (engine.gpu_blocks + 1))
-    started = time.perf_counter()
     llm = LLMEngine.from_engine_args(args)
     _register_kernels_once()
-    if model.dummy:
-        from kvoffload.vllm.weights import seeded_weights
-
-        llm.apply_model(seeded_weights(model.weight_seed))
     return llm, time.perf_counter() - started
 
 
@@ -107,8 +114,6 @@ def _register_kernels_once() -> None:
     engine of the same process the scan trips over objects the first left behind
     (``_rebind_kernels``, vllm/triton_utils/dispatcher.py: AttributeError). The fallbacks stay
     bound for the process, so later engines skip the registration."""
-    from vllm.platforms import current_platform
-
     current_platform.register_triton_kernel_overrides = lambda: None
 
 
@@ -117,14 +122,16 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
     engine = engine_geometry(workload_engine)
     longest = max(spec.num_prompt_tokens + spec.max_tokens for spec in requests)
     slack = engine.spec_tokens + engine.block_size  # follow-ups of aborted parents run shorter, never longer
-    llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset, disabled),
-                                      min(longest + slack, model.max_model_len))
-    try:
-        replay = _Replay(llm, requests, engine, on_step, max_steps)
-        record = replay.run()
-        unmeasured = replay.unmeasured()
-    finally:
-        _shut_down(llm)
+    with tempfile.TemporaryDirectory(prefix="kvoffload-model-") as weights_dir:
+        llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset, disabled),
+                                          min(longest + slack, model.max_model_len), Path(weights_dir))
+        try:
+            replay = _Replay(llm, requests, engine, on_step, max_steps)
+            record = replay.run()
+            unmeasured = replay.unmeasured()
+        finally:
+            _shut_down(llm)
+    record.engine_settings["model"] = model.label  # not the temporary folder of the seeded weights
     return ModelRun(record, replay.outcomes, engine, start_seconds, unmeasured)
 
 
@@ -133,17 +140,12 @@ def _shut_down(llm) -> None:
         llm.engine_core.shutdown()
     except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
         pass
-    from vllm.distributed.kv_transfer import kv_transfer_state
-
     kv_transfer_state.ensure_kv_transfer_shutdown()  # the worker connector is a process global
 
 
 class _Replay:
     def __init__(self, llm, requests, engine: EngineConfig, on_step, max_steps):
-        from vllm import SamplingParams
-
         self.llm, self.engine, self.on_step, self.max_steps = llm, engine, on_step, max_steps
-        self._params = SamplingParams
         self.specs = {spec.req_id: spec for spec in requests}
         self.actual: dict = {}  # req_id -> the spec with its actual prompt (the ledger reads them)
         self.outcomes: dict[str, RequestOutcome] = {}
@@ -165,11 +167,6 @@ class _Replay:
         self.worker = None
         self._timings: dict[str, float] = defaultdict(float)
         if self.connector is not None:
-            from vllm.distributed.kv_transfer import get_kv_transfer_group
-
-            from kvoffload.vllm.observe import AdmissionLedger, timed_methods
-            from kvoffload.vllm.replay import SCHEDULER_CALLS, WORKER_CALLS
-
             self.worker = get_kv_transfer_group()  # the worker role: this process runs the model too
             timed_methods(self.connector, SCHEDULER_CALLS, self._timings)
             timed_methods(self.worker, WORKER_CALLS, self._timings)
@@ -236,14 +233,12 @@ class _Replay:
         return parent.prompt + tuple(parent.tokens) + prompt[len(scripted):]
 
     def _admit(self, step: int) -> None:
-        from vllm.inputs import TokensPrompt
-
         while self._arrivals and self._arrivals[0][0] <= step:
             _, _, req_id = self._arrivals.pop(0)
             spec = self.specs[req_id]
             prompt = self._prompt(spec)
             self.actual[req_id] = replace(spec, prompt_token_ids=prompt)
-            params = self._params(max_tokens=len(spec.output_token_ids), ignore_eos=True, temperature=0.0,
+            params = SamplingParams(max_tokens=len(spec.output_token_ids), ignore_eos=True, temperature=0.0,
                                   logprobs=0, detokenize=False)
             self.outcomes[req_id] = RequestOutcome(req_id, prompt, added_at=time.perf_counter())
             self.record.requests += 1
@@ -309,8 +304,6 @@ class _Replay:
         record.connector_seconds = sum(self._timings.values())
         if self.connector is None:
             return
-        from kvoffload.vllm.replay import _tracked_requests, _transfer_handler
-
         core = getattr(self.connector, "core", None)
         if core is not None:
             record.lifecycle_violations = len(core.manager.violations)
@@ -328,8 +321,6 @@ class _Replay:
             return UNMEASURED + ("offload_hit_rate", "last_block_hit_rate", "last_block_eligible", "repeated_lookups",
                                  "lifecycle_violations", "leaked_requests", "connector_us_per_step", "copy_gb_per_s",
                                  "prefill_tokens_saved")
-        from kvoffload.vllm.replay import _tracked_requests
-
         extra = () if getattr(self.connector, "core", None) is not None else ("lifecycle_violations",)
         if _tracked_requests(self.connector) is None:
             extra += ("leaked_requests",)
@@ -375,8 +366,6 @@ class VllmEngine:
         if choice.source == OFF:
             self.baselines[key] = run
         elif self.oracle and run.record.crash is None:
-            from kvoffload.vllm.outputs import compare_outputs
-
             baseline = self.baselines.get(key)
             if baseline is None:
                 baseline = self.baselines[key] = run_on_model(workload.requests, workload.engine, OFF, self.model,

@@ -99,3 +99,49 @@ class AdmissionLedger:
         aborted = request.status.name == "FINISHED_ABORTED"
         self._parent_end[req_id] = (last_written_chunk_end(request.num_tokens, request.num_computed_tokens,
                                                            aborted, self.tokens_per_chunk), truth)
+
+
+class StoreSubmitDelays:
+    """Steps from a chunk's KV being fully written to the submission of the store that copies
+    it, seen at the worker's transfer handler (any connector's stores pass through it).
+
+    A chunk is fully written when a forward writes its last slot (a rejected draft's write does
+    not count); a GPU block is keyed by its id and forgotten when the scheduler hands it to a
+    request again, so a store of a chunk this request never wrote (a prefix-cache hit, or a
+    slot no forward wrote) counts from its own step, 0, as the simulator counts it
+    (``kvoffload.engine.observer``, ``plan_built``).
+    """
+
+    def __init__(self, block_size: int, record: RunRecord):
+        self.block_size = block_size
+        self.record = record
+        self.step = 0
+        self._full_at: dict[int, int] = {}  # GPU block id -> step its last slot was written
+
+    def allocated(self, scheduler_output) -> None:
+        """Blocks handed out by this schedule (new, appended, or a resumed request's table)."""
+        full_at = self._full_at
+        groups = [new.block_ids for new in scheduler_output.scheduled_new_reqs]
+        groups += [ids for ids in scheduler_output.scheduled_cached_reqs.new_block_ids if ids]
+        for ids in groups:
+            for block in ids[0]:
+                full_at.pop(block, None)
+
+    def written(self, step: int, table, start: int, valid_end: int) -> None:
+        bs = self.block_size
+        for index in range(-(-(start + 1) // bs) - 1, valid_end // bs):
+            self._full_at[table[index]] = step
+
+    def attach(self, handler) -> None:
+        submit = handler.submit_store
+
+        def observed(job):
+            chunks = len(job.chunk_slots)
+            per_chunk = len(job.gpu_block_ids) // chunks if chunks else 0
+            full_at = self._full_at
+            self.record.store_submit_delays.extend(
+                self.step - full_at.get(job.gpu_block_ids[(i + 1) * per_chunk - 1], self.step)
+                for i in range(chunks))
+            return submit(job)
+
+        handler.submit_store = observed

@@ -43,7 +43,7 @@ from kvoffload.vllm.build import (
     build_worker_side,
 )
 from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, read_positions, write_positions
-from kvoffload.vllm.observe import AdmissionLedger, timed_methods
+from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
 
 EOS_SLACK = 8  # an EOS answer may run this much longer: the scheduler must not know its length
@@ -55,8 +55,12 @@ WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv"
                 "build_connector_worker_meta", "clear_connector_metadata")
 # What this engine cannot see from outside the connector (absent from its metrics, not zero).
 # The stuck_requests watchdog is this engine's own (no progress for STUCK_AFTER_STEPS steps);
-# the simulator's cycle detector (livelock) and invariant checks run inside its engine only.
-UNMEASURED = ("fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
+# the simulator's cycle detector (livelock) and invariant checks run inside its engine only, and
+# so does last_chunk_offloaded_rate (it reads the simulator's offload tier, engine/final_chunks.py).
+# Store submission delays are measured at the project's transfer handler, which both built-in
+# connectors copy through (StoreSubmitDelays); a foreign connector's own worker hides them.
+STORE_SUBMIT_DELAYS = ("store_submit_delay_steps_p50", "store_submit_delay_steps_p99")
+UNMEASURED = ("fence_violations", *STORE_SUBMIT_DELAYS,
               "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
               "livelock", "invariant_violations", "last_chunk_offloaded_rate")
 
@@ -87,6 +91,10 @@ class VllmSchedulerReplay:
         timed_methods(connector, SCHEDULER_CALLS, self._timings)
         timed_methods(self.worker, WORKER_CALLS, self._timings)
         self.ledger.attach(connector)  # outside the timing: its own cost is not the connector's
+        self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
+        handler = _transfer_handler(self.worker)
+        if handler is not None:
+            self.store_delays.attach(handler)
         init_none_hash(sha256)
         self._hasher = get_request_block_hasher(engine.block_size, sha256)
         self._arrivals: list[tuple[int, int, str]] = sorted(
@@ -190,8 +198,10 @@ class VllmSchedulerReplay:
     def _execute(self, step: int, scheduler_output):
         worker, bs = self.worker, self.engine.block_size
         meta = scheduler_output.kv_connector_metadata
-        worker.handle_preemptions(meta)
+        self.store_delays.step = step
+        worker.handle_preemptions(meta)  # may submit the previous step's deferred stores
         computed = self.tables.update(scheduler_output)
+        self.store_delays.allocated(scheduler_output)
         worker.bind_connector_metadata(meta)
         writes, accepted = [], {}
         drafts_of = scheduler_output.scheduled_spec_decode_tokens
@@ -209,6 +219,7 @@ class VllmSchedulerReplay:
                 values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
             writes.append((self.tables.tables[req_id], start, values))
+            self.store_delays.written(step, self.tables.tables[req_id], start, start + real + accepted.get(req_id, 0))
             self.record.scheduled_tokens += count
         write_positions(self.cells, writes, bs)
         worker.start_load_kv(None)
@@ -324,7 +335,8 @@ class VllmSchedulerReplay:
         extra = () if getattr(connector, "core", None) is not None else ("lifecycle_violations",)
         if _tracked_requests(connector) is None:
             extra += ("leaked_requests",)
-        return UNMEASURED + extra
+        measured = () if _transfer_handler(self.worker) is None else STORE_SUBMIT_DELAYS  # observe.py
+        return tuple(name for name in UNMEASURED if name not in measured) + extra
 
     @property
     def timings(self) -> dict[str, float]:

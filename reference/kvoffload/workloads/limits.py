@@ -11,7 +11,8 @@ well under a second with one line instead of overflowing, exhausting memory or n
   Lengths are checked against it before their tokens are generated.
 - ``MAX_TOKENS`` (2**26, 67M): the largest length a definition may name at all, six times the
   longest context of any released model (10M tokens); it bounds distribution parameters before
-  any engine setting is known (and a ``gpu_blocks=auto`` pool). The token generator draws 2 bytes a
+  any engine setting is known, and a ``gpu_blocks=auto`` pool: a generated workload's and a
+  trace's longest request alike (``sizing.Sizing.resolve_gpu_blocks``). The token generator draws 2 bytes a
   token and ``random.randbytes`` takes at most 2**31 bits at once, so 2**27 tokens is a hard wall.
 - ``MAX_REQUESTS`` (10**7) and ``MAX_WORKLOAD_TOKENS`` (2**30): the whole workload lives in
   memory with an 8-byte fingerprint per token (engine) and an 8-byte reference per token (the
@@ -38,8 +39,11 @@ MAX_REQUESTS = 10**7
 MAX_WORKLOAD_TOKENS = 2**30
 MAX_WORKERS = 1024
 MAX_JSON_DEPTH = 64
-# Python bookkeeping per GPU block (free-queue entry, ref count, hash slot), a generous estimate.
-POOL_BYTES_PER_BLOCK = 160
+# Python bookkeeping per GPU block of a full pool (free-queue entry, ref count, hash slot, the
+# hash-to-blocks entry of a committed block): measured 216 bytes by tracemalloc and 315 of
+# resident memory on a 2**20-block pool with every block committed; the block hashes themselves
+# belong to the requests. tests/workloads/test_limits.py holds the traced figure under this one.
+POOL_BYTES_PER_BLOCK = 320
 
 
 def max_model_len(engine: EngineConfig) -> int:

@@ -55,6 +55,8 @@ def require_regular_file(path: Path, display: str, expected: str) -> None:
         raise WorkloadError(f"{display}: no such file (expected {expected})") from None
     except OSError as exc:
         raise WorkloadError(f"{display}: cannot read the file ({exc.strerror})") from None
+    except ValueError:  # a NUL byte in the name (a path read from a definition)
+        raise WorkloadError(f"{display!r}: expected {expected}, got a name holding a NUL byte") from None
     if not stat.S_ISREG(mode):
         kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
         raise WorkloadError(f"{display}: expected {expected}, got {kind}")

@@ -1,0 +1,60 @@
+"""What every vLLM gate story needs: tokens, a tiny engine config, a bounded replay through
+vLLM's scheduler with the connector under test, and the GPU cache forgetting its free blocks.
+
+Block size 4 and one block per chunk unless a story says otherwise, so positions 0-3 are chunk
+0, 4-7 chunk 1, and so on (the stories of tests/gates, told to vLLM's scheduler).
+"""
+
+from __future__ import annotations
+
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.requests import RequestSpec
+
+TINY = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
+MAX_STEPS = 400  # far above any story's length, far below a hang
+
+
+def tokens(seed: int, n: int) -> tuple[int, ...]:
+    return tuple((seed * 7919 + i * 104729) % 30000 + 3 for i in range(n))
+
+
+def follow_up(parent: RequestSpec, req_id: str = "C", new: int = 4, think_steps: int = 3, **kwargs) -> RequestSpec:
+    """A next turn: the parent's whole history plus ``new`` tokens."""
+    return RequestSpec(req_id, parent.prompt_token_ids + parent.output_token_ids + tokens(77, new),
+                       tokens(78, 2), parent=parent.req_id, think_steps=think_steps, **kwargs)
+
+
+def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache_before: tuple[int, ...] = ()):
+    """The record and the replay of ``requests`` through vLLM's scheduler with the connector
+    under test. ``forget_gpu_cache_before=(n,)``: vLLM's GPU prefix cache loses every free block
+    before step n (memory pressure from elsewhere), so only the connector can serve them."""
+    from kvoffload.vllm.build import ConnectorLoad
+    from kvoffload.vllm.replay import VllmSchedulerReplay
+
+    replays = []
+
+    def on_step(next_step: int, finished: int) -> None:
+        if next_step in forget_gpu_cache_before:
+            forget_free_blocks(replays[0].scheduler.kv_cache_manager.block_pool)
+
+    built = VllmSchedulerReplay(requests, config, ConnectorLoad(connector.source, connector.preset),
+                                on_step=on_step, max_steps=MAX_STEPS)
+    replays.append(built)
+    return built.run(), built
+
+
+def forget_free_blocks(pool) -> None:
+    """vLLM's ``BlockPool`` drops the hash of every free block (``_maybe_evict_cached_block``)."""
+    for block in pool.blocks:
+        if block.ref_cnt == 0:
+            pool._maybe_evict_cached_block(block)
+
+
+def poisoned(record) -> list[tuple[str, int, int]]:
+    """(request, chunk, bad slots) of every load that failed the content oracle."""
+    return [(p.req_id, p.chunk, p.bad_slots) for p in record.poisoned]
+
+
+def clean(record) -> bool:
+    """No crash, no poisoned load, nothing stuck or leaked."""
+    return (record.crash, record.poisoned, record.stuck_requests, tuple(record.leaked_requests)) == (None, [], (), ())

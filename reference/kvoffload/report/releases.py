@@ -1,0 +1,109 @@
+"""The report's "vLLM releases": the measured release table, each real release beside its preset.
+
+Reads ``releases/releases.json`` under the report's source (``kvoffload releases`` writes it)
+and draws one figure per workload: a panel per metric of ``kvoffload.releases.TABLE_METRICS``,
+releases along x, the release's stock connector as filled markers and the simulator with the
+release's preset as hollow ones, sync and async. Nothing is replayed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from kvoffload.metrics import format_value
+from kvoffload.releases import SCHEMA, TABLE_METRICS
+from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, save_figure, slug
+from kvoffload.results import ResultError
+
+TABLE_PATH = Path("releases") / "releases.json"
+FILE_PATTERNS = ("releases-*.png", "releases-*.csv")
+SCHEDULING_COLORS = {"sync": "#3b6fb6", "async": "#e07b39"}
+
+
+def read_release_table(source: Path) -> dict | None:
+    """The release table under ``source``, or None where there is none; a malformed one is a
+    one-line ResultError naming the file."""
+    path = source / TABLE_PATH
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ResultError(f"{path}: not a release table ({error})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("releases"), list):
+        raise ResultError(f"{path}: not a release table (schema {SCHEMA} expected)")
+    return data
+
+
+def draw_releases(source: Path, out: Path) -> tuple[list[Chart], str | None]:
+    """The charts, and a note when there is nothing to draw (why, and the command that would)."""
+    for pattern in FILE_PATTERNS:
+        for stale in out.glob(pattern):
+            if not stat.S_ISREG(os.lstat(stale).st_mode):
+                raise OSError(f"{stale}: not a regular file; refusing to remove it")
+            stale.unlink()
+    table = read_release_table(source)
+    if table is None:
+        return [], f"vLLM releases: no {source / TABLE_PATH} (kvoffload releases writes it)"
+    releases = [entry["release"] for entry in table["releases"]]
+    values: dict[str, list[tuple]] = {}  # workload -> (release, preset, scheduling, metric, real, simulated)
+    for entry in table["releases"]:
+        for row in entry["rows"]:
+            if "setup_error" in row:
+                continue
+            real, simulated = row["release"]["metrics"], row["preset"]["metrics"]
+            for metric in TABLE_METRICS:
+                values.setdefault(row["workload"], []).append(
+                    (entry["release"], entry["preset"], row["scheduling"], metric,
+                     real.get(metric), simulated.get(metric)))
+    charts = []
+    for workload, points in values.items():
+        filename = f"releases-{slug(workload)}.png"
+        save_figure(_figure(workload, releases, points), out / filename)
+        header = ("release", "preset", "scheduling", "metric", "release value", "preset value")
+        rows = tuple((r, p, s, m, _cell(m, a), _cell(m, b)) for r, p, s, m, a, b in points)
+        charts.append(Chart(
+            RELEASE_LOSS, f"vLLM releases: {workload}", filename,
+            "each real release's stock connector on vLLM's own scheduler (filled) beside the simulator with "
+            "the preset that re-creates it (hollow; the reference for 0.31 and 0.32). "
+            + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in TABLE_METRICS),
+            (("release table", "hash seed", "seconds"), (str(source / TABLE_PATH), str(table.get("hash_seed")),
+                                                          str(table.get("seconds")))),
+            (header, *rows)))
+    return charts, None
+
+
+def _cell(metric: str, value) -> str:
+    return "" if value is None else format_value(metric, value)
+
+
+def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
+    fig = Figure(figsize=(15.0, 6.8), layout="constrained")
+    axes = fig.subplots(2, 4).flatten()
+    position = {release: i for i, release in enumerate(releases)}
+    for ax, metric in zip(axes, TABLE_METRICS):
+        for scheduling, color in SCHEDULING_COLORS.items():
+            mine = [p for p in points if p[3] == metric and p[2] == scheduling]
+            offset = -0.12 if scheduling == "sync" else 0.12
+            real = [(position[p[0]] + offset, p[4]) for p in mine if p[4] is not None]
+            simulated = [(position[p[0]] + offset, p[5]) for p in mine if p[5] is not None]
+            if real:
+                ax.scatter(*zip(*real), color=color, s=36, zorder=3, label=f"release, {scheduling}")
+            if simulated:
+                ax.scatter(*zip(*simulated), facecolors="none", edgecolors=color, s=90, linewidths=1.4,
+                           zorder=2, label=f"preset, {scheduling}")
+        ax.set_xticks(range(len(releases)), releases, rotation=45, fontsize=8)
+        ax.set_xlim(-0.5, len(releases) - 0.5)
+        ax.set_title(metric, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    axes[-1].axis("off")
+    axes[-1].text(0, 0.5, "filled: the release's stock connector\nhollow: the simulator with its preset\n"
+                  "a missing marker: the engine cannot\nmeasure that metric", fontsize=9, va="center")
+    fig.suptitle(f"vLLM releases: {workload}", fontsize=12)
+    return fig

@@ -1,0 +1,115 @@
+"""``kvoffload releases``: each real release's rows beside its preset's. The releases themselves
+run only where their venvs exist (scripts/setup-vllm VERSION); here a stand-in release venv
+replays the preset in the simulator and changes one request, so the comparison and the
+subprocess plumbing are checked without vLLM."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvoffload.cli import main
+from kvoffload.releases import SimulatorRow, compare, releases_markdown, venv_name
+
+REPO = Path(__file__).resolve().parents[2]
+
+# What the stand-in "release" runs: the preset's own replay, with its first request that had
+# connector hits admitted with one token less; with --preset (the reference with the preset in the
+# release's scheduler) the same, as when a release's scheduler, not its connector, differs.
+STAND_IN = """
+import json, os, sys
+from kvoffload.releases import simulator_row
+jobs = sys.argv[3:]
+if jobs[0] == "--preset":
+    assert jobs[1] == "vllm-0.29", jobs
+    jobs = jobs[2:]
+for job in jobs:
+    name, _, scheduling = job.partition(":")
+    sim = simulator_row(name, scheduling, "vllm-0.29")
+    first = dict(sim.first_admission)
+    victim = sorted(r for r, hits in first.items() if hits[1])[0]
+    first[victim] = [first[victim][0], first[victim][1] - 1]
+    print(json.dumps({"release": "0.29.0", "workload": name, "scheduling": scheduling,
+                      "hash_seed": os.environ.get("PYTHONHASHSEED"), "metrics": sim.metrics, "error": None,
+                      "leaked": [], "stuck": [], "first_admission": first, "victim": victim}))
+"""
+
+
+def release_row(first, metrics=None, error=None):
+    return {"workload": "w", "scheduling": "sync", "first_admission": first, "error": error, "leaked": [],
+            "metrics": metrics or {"poisoned_loads": 0, "crashes": 0}}
+
+
+def test_rows_agree_request_by_request_and_name_the_first_differences():
+    preset = SimulatorRow({"poisoned_loads": 0, "crashes": 0, "lifecycle_violations": 0}, None,
+                          {"a": [16, 0], "b": [0, 32], "c": [8, 8]})
+    same = compare(release_row({"a": [16, 0], "b": [0, 32], "c": [8, 8]}), preset)
+    assert (same["agreeing"], same["requests"], same["agree"]) == (3, 3, True)
+    assert same["totals"]["release"] == same["totals"]["preset"] == {"gpu_hit_tokens": 24, "connector_hit_tokens": 40}
+    # lifecycle_violations: the stock connector does not expose it (absent), which is no disagreement
+    assert same["zero_metrics"]["lifecycle_violations"] == {"release": None, "preset": 0}
+
+    # "c" admitted with fewer connector hits, "d" only in the release: two of four disagree
+    differs = compare(release_row({"a": [16, 0], "b": [0, 32], "c": [8, 0], "d": [0, 0]}), preset)
+    assert (differs["agreeing"], differs["requests"], differs["agree"]) == (2, 4, False)
+    assert differs["first_differences"] == [{"request": "c", "release": [8, 0], "preset": [8, 8]},
+                                           {"request": "d", "release": [0, 0], "preset": None}]
+    assert differs["totals"]["release"] == {"gpu_hit_tokens": 24, "connector_hit_tokens": 32}
+
+    # the same admissions, but the release crashed and the preset did not
+    crashed = compare(release_row({"a": [16, 0], "b": [0, 32], "c": [8, 8]},
+                                  {"poisoned_loads": 0, "crashes": 1}, {"message": "KeyError: 'r3'", "step": 40}),
+                      preset)
+    assert crashed["agreeing"] == 3 and not crashed["agree"]
+    assert crashed["zero_metrics"]["crashes"] == {"release": 1, "preset": 0}
+
+    # The README's table: "x (=)" where the release agrees with its preset, else "release / preset"
+    lines = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26",
+                                             "rows": [differs, crashed]}]}).splitlines()
+    assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")
+    assert lines[3].startswith("| 0.26.0 | vllm-0.26 | w | sync | 3/3 | 24 (=) | 40 (=) | 0 (=) | 1 / 0 |")
+
+
+def test_a_release_without_its_venv_is_one_line_naming_the_setup_command(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["releases", "--release", "0.29.0", "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "./scripts/setup-vllm 0.29.0" in err
+    assert not (tmp_path / "r.json").exists()
+    assert main(["releases", "--release", "0.24.0"]) == 2
+    assert "no preset is mapped to it" in capsys.readouterr().err
+
+
+def test_a_release_venv_runs_as_a_subprocess_and_its_rows_sit_beside_the_preset(capsys, tmp_path, monkeypatch):
+    venv = tmp_path / venv_name("0.29.0") / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(f"#!/bin/sh\nexec {sys.executable} -c '{STAND_IN}' \"$@\"\n")
+    os.chmod(venv / "python", 0o755)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "releases.json"
+    earlier = {"release": "0.25.0", "preset": "vllm-0.25", "seconds": 7.0, "rows": []}
+    out.write_text(json.dumps({"schema": "kvoffload-bench/releases/v1", "releases": [
+        earlier, {"release": "0.29.0", "preset": "vllm-0.29", "seconds": 1.0, "rows": []}]}))
+    code = main(["releases", "--release", "0.29.0", "--workload", "multi-turn-small", "--scheduling", "sync",
+                 "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout
+    table = json.loads(out.read_text())
+    assert table["schema"] == "kvoffload-bench/releases/v1" and table["hash_seed"] == 0
+    kept, entry = table["releases"]  # 0.25.0 kept from the earlier run, 0.29.0 replaced
+    assert kept == earlier and entry["rows"]
+    assert (entry["release"], entry["preset"]) == ("0.29.0", "vllm-0.29")
+    (row,) = entry["rows"]
+    assert row["agreeing"] == row["requests"] - 1 and not row["agree"]
+    (difference,) = row["first_differences"]
+    assert difference["release"][1] == difference["preset"][1] - 1
+    assert row["totals"]["release"]["connector_hit_tokens"] == row["totals"]["preset"]["connector_hit_tokens"] - 1
+    inside = row["preset_in_release_scheduler"]  # the second pass, for the disagreeing row only
+    assert inside["agree"] and inside["agreeing"] == inside["requests"] == row["requests"]
+    assert "the preset in vLLM 0.29.0's own scheduler" in stdout
+    assert "vLLM 0.29.0 (stock connector) beside vllm-0.29" in stdout

@@ -1,0 +1,56 @@
+"""The report's "vLLM releases" section, from a release table (``kvoffload releases`` writes it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvoffload.releases import SCHEMA
+from kvoffload.report.releases import draw_releases
+from kvoffload.results import ResultError
+
+
+def row(workload, scheduling, real, simulated):
+    return {"workload": workload, "scheduling": scheduling, "release": {"metrics": real, "error": None},
+            "preset": {"metrics": simulated, "error": None}}
+
+
+def write_table(source, releases):
+    (source / "releases").mkdir(parents=True)
+    (source / "releases" / "releases.json").write_text(json.dumps(
+        {"schema": SCHEMA, "hash_seed": 0, "seconds": 12.5, "releases": releases}))
+
+
+def test_each_release_is_drawn_beside_its_preset_with_its_data(tmp_path):
+    write_table(tmp_path / "src", [
+        {"release": "0.25.0", "preset": "vllm-0.25", "rows": [
+            row("multi-turn-small", "sync", {"last_block_hit_rate": 0.5, "poisoned_loads": 2},
+                {"last_block_hit_rate": 0.5, "poisoned_loads": 1}),
+            {"workload": "multi-turn-small", "scheduling": "async", "setup_error": "ImportError: x"}]},
+        {"release": "0.32.0", "preset": "reference", "rows": [
+            row("multi-turn-small", "sync", {"last_block_hit_rate": 1.0, "poisoned_loads": 0},
+                {"last_block_hit_rate": 1.0, "poisoned_loads": 0})]},
+    ])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "releases-gone.png").write_bytes(b"old")  # an earlier report's figure: removed
+    charts, note = draw_releases(tmp_path / "src", out)
+    assert note is None and [c.title for c in charts] == ["vLLM releases: multi-turn-small"]
+    assert (out / "releases-multi-turn-small.png").stat().st_size > 0
+    assert not (out / "releases-gone.png").exists()
+    header, *rows = charts[0].table
+    by_key = {(r[0], r[2], r[3]): (r[4], r[5]) for r in rows}
+    assert by_key[("0.25.0", "sync", "poisoned_loads")] == ("2", "1")  # the release beside its preset
+    assert by_key[("0.32.0", "sync", "last_block_hit_rate")] == ("1.000", "1.000")
+    assert by_key[("0.25.0", "sync", "connector_us_per_step")] == ("", "")  # not in the row: blank
+    assert not any(r[2] == "async" for r in rows)  # a row that could not be built draws nothing
+
+
+def test_no_table_is_a_note_and_a_malformed_one_a_one_line_error(tmp_path):
+    charts, note = draw_releases(tmp_path, tmp_path)
+    assert charts == [] and "kvoffload releases writes it" in note
+    (tmp_path / "releases").mkdir()
+    (tmp_path / "releases" / "releases.json").write_text(json.dumps({"schema": "other"}))
+    with pytest.raises(ResultError, match="not a release table"):
+        draw_releases(tmp_path, tmp_path)
