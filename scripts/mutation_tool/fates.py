@@ -22,4 +22,8 @@ FATES: dict[str, tuple[str, str]] = {
         "_schedule_waiting's `asynchronous` flag only adds the placeholders of a request joining "
         "from the queue, and such a request has none (probes.py: admitted_without_placeholders, "
         "every admission of the -small workloads and tight-pool preemption runs, sync and async)"),
+    "worker/connector.py:core/ReplaceComparisonOperator_Is_Eq:1": (
+        "equivalent",
+        "`kind is TransferKind.STORE` made `==`: a plain Enum compares by identity, and kind is a "
+        "member or None (probes.py: enum_identity)"),
 }

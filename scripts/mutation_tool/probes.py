@@ -128,7 +128,18 @@ def admitted_without_placeholders() -> None:
     print(f"    {admissions} admissions, {preemptions} preemptions: no placeholders at any")
 
 
-PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders]
+def enum_identity() -> None:
+    """worker/connector.py: ``kind is TransferKind.STORE`` made ``==``. ``kind`` is a TransferKind
+    or None; a plain Enum compares by identity, so both agree on every value it can hold."""
+    from kvoffload.core.types import TransferKind
+
+    for kind in (*TransferKind, None):
+        for member in TransferKind:
+            assert (kind is member) == (kind == member)
+    assert TransferKind.__eq__ is object.__eq__ or TransferKind.__eq__.__qualname__.startswith("Enum")
+
+
+PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity]
 
 if __name__ == "__main__":
     for probe in PROBES:

@@ -187,3 +187,9 @@ def test_a_last_chunk_stored_with_another_requests_kv_did_not_reach_the_tier():
     assert len(broken.fence_violations) == 1
     assert (broken.final_chunks, broken.final_chunks_offloaded) == (3, 2)
     assert compute_metrics(replay([a, c, b], config, Fixes(), max_steps=200))["last_chunk_offloaded_rate"] == 1.0
+
+
+def test_connector_time_per_step_is_in_microseconds():
+    """connector_us_per_step: wall seconds inside connector calls, in µs, over the run's steps."""
+    record = RunRecord(steps=4, connector_seconds=0.5)
+    assert compute_metrics(record)["connector_us_per_step"] == 125_000.0  # exact in binary floats
