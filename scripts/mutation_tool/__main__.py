@@ -288,8 +288,9 @@ def cmd_exec(args) -> int:
 
 
 def stage_command(stage: str, module: str) -> list[str]:
-    if stage == "new":
-        return pytest_command(TESTS_OF[module])
+    if stage == "new":  # the test files this branch wrote or changed (the tests for the survivors)
+        overlay = json.loads((WORK / "meta.json").read_text()).get("overlay", [])
+        return pytest_command(tuple(name for name in overlay if name.endswith(".py") and "/test_" in name))
     if stage == "main":
         return pytest_command(("tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES), "-m", "not vllm"))
     if stage == "gate":
@@ -304,21 +305,23 @@ def verdicts() -> dict[str, dict]:
 
 
 def survivors_after(stage: str) -> list[dict]:
-    """The tool's survivors still alive before ``stage`` runs."""
+    """The tool's survivors that no other stage killed."""
     done = verdicts()
-    earlier = STAGES[:STAGES.index(stage)]
+    others = [s for s in STAGES if s != stage]
     alive = []
     for module in TESTS_OF:
         for row in items(module):
             if (row["result"] or {}).get("test_outcome") == "survived" and not any(
-                    done.get(key(row), {}).get(s) == "killed" for s in earlier):
+                    done.get(key(row), {}).get(s) == "killed" for s in others):
                 alive.append(row)
     return alive
 
 
 def cmd_stage(args) -> int:
     if args.refresh_tests:  # new tests written for the survivors join the snapshot's
-        refresh_tests()
+        meta = json.loads((WORK / "meta.json").read_text())
+        meta["overlay"] = refresh_tests()
+        (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
     done = verdicts()
     from fates import FATES
     for row in survivors_after(args.stage):

@@ -17,4 +17,9 @@ FATES: dict[str, tuple[str, str]] = {
         "equivalent",
         "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "
         "all of them one pid, so the Chrome trace shows the same rows (probes.py: trace_pid)"),
+    "engine/scheduler.py:core/ReplaceComparisonOperator_Eq_IsNot:1": (
+        "equivalent",
+        "_schedule_waiting's `asynchronous` flag only adds the placeholders of a request joining "
+        "from the queue, and such a request has none (probes.py: admitted_without_placeholders, "
+        "every admission of the -small workloads and tight-pool preemption runs, sync and async)"),
 }

@@ -81,7 +81,54 @@ def trace_pid() -> None:
     assert observer.read_text().count('"pid":') == 1
 
 
-PROBES = [one_key_index, store_filter_or, trace_pid]
+def admitted_without_placeholders() -> None:
+    """engine/scheduler.py _schedule_waiting: ``asynchronous = scheduling == "async"`` made
+    ``is not "async"``. The flag there only adds ``live.placeholders`` to the known tokens of a
+    request joining the step from the queue, and such a request has none: a new one never ran,
+    and a preempted one was no victim while it had output in flight (the async victim rule).
+    Checked at every admission of the -small workloads and of tight-pool preemption runs, sync
+    and async."""
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine.admission import Admission
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.engine import Engine
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.workloads import load_workload
+
+    admit = Admission.admit
+    admissions = 0
+
+    def probed(self, budget, join_step):
+        def checked(live, count):
+            nonlocal admissions
+            assert live.placeholders == 0, (live.req_id, live.placeholders)
+            admissions += 1
+            join_step(live, count)
+        return admit(self, budget, checked)
+
+    tight = EngineConfig(gpu_blocks=9, cpu_chunks=64, block_size=4, max_num_batched_tokens=16, reserve_full_isl=False)
+    crowd = [RequestSpec(f"r{i}", tuple(range(3 + i, 15 + i)), tuple(range(40, 52)), arrival_step=i % 3)
+             for i in range(6)]
+    Admission.admit = probed
+    try:
+        runs = [(load_workload(name).requests, load_workload(name).engine)
+                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
+        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
+                 for other in ("sync", "async") if other != config.scheduling]
+        for scheduling in ("sync", "async"):
+            runs.append((crowd, tight.replace(scheduling=scheduling)))
+        preemptions = 0
+        for requests, config in runs:
+            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
+            assert record.crash is None, record.crash
+            preemptions += record.preemptions
+    finally:
+        Admission.admit = admit
+    assert preemptions > 0, "no preemption: the probe did not reach re-admissions"
+    print(f"    {admissions} admissions, {preemptions} preemptions: no placeholders at any")
+
+
+PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders]
 
 if __name__ == "__main__":
     for probe in PROBES:

@@ -37,6 +37,7 @@ def test_gpu_hit_rate_counts_first_admissions_only_when_a_request_is_preempted(s
     b = RequestSpec("B", tokens(3, 8), tokens(4, 8))
     record = run([a, b], TINY.replace(gpu_blocks=6, reserve_full_isl=False, scheduling=scheduling))
     assert healthy(record) and record.preemptions == 1
+    assert (record.requests, record.prompt_tokens, record.finished_requests) == (2, 16, 2)  # once each
     assert (record.gpu_hit_tokens, record.admitted_prompt_tokens) == (0, 16)
     assert compute_metrics(record)["gpu_hit_rate"] == 0.0
     assert record.admissions == 3 and record.admission_asked_tokens < 8 + 8 + 9
