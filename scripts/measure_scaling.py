@@ -60,7 +60,7 @@ def run_child(args: list[str], timeout: float) -> tuple[float, int, bool, float]
 
 def child_replay(trace: str, scheduling: str, out: str) -> None:
     from kvoffload.choice import ConnectorChoice
-from kvoffload.runner import replay_workload
+    from kvoffload.runner import replay_workload
     from kvoffload.workloads import load_workload
 
     workload = load_workload(f"mooncake:{trace}", {"gpu_blocks": "auto", "scheduling": scheduling})

@@ -8,4 +8,13 @@ FATES: dict[str, tuple[str, str]] = {
         "equivalent",
         "keys[0] -> keys[-1] under `len(keys) == 1 and ...`: the `and` evaluates it only for a "
         "one-key sequence, whose first and last element are the same (probes.py: one_key_index)"),
+    "core/stores.py:core/ReplaceAndWithOr:1": (
+        "equivalent",
+        "the decode-step filter's last `and` made `or` lets through requests whose watermark is "
+        "below their next chunk's end; _store_request returns for them without a change "
+        "(probes.py: store_filter_or, every such call on the -small workloads and chunked prefills)"),
+    "engine/observer.py:core/NumberReplacer:29": (
+        "equivalent",
+        "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "
+        "all of them one pid, so the Chrome trace shows the same rows (probes.py: trace_pid)"),
 }

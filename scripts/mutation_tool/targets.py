@@ -16,7 +16,7 @@ _CORE = ("tests/core",) + _GATES
 # (over a minute); they run in the "main" stage against the survivors.
 _ENGINE = ("tests/engine/test_vllm_rules.py", "tests/engine/test_spec_rules.py", "tests/engine/test_reset_rules.py",
            "tests/engine/test_engine_replays.py", "tests/engine/test_invariant_results.py",
-           "tests/engine/test_watchdog.py") + _GATES + ("tests/metrics/test_glossary.py",)
+           "tests/engine/test_watchdog.py", "tests/engine/test_replayed_rules.py") + _GATES + ("tests/metrics/test_glossary.py",)
 
 TESTS_OF: dict[str, tuple[str, ...]] = {
     "core/fixes.py": _CORE,

@@ -79,6 +79,32 @@ class TestNullBlocks:
         assert (job.chunk_indices, job.gpu_block_ids) == ((1, 2), (5, 6))
 
 
+    def test_a_decode_step_checks_the_block_of_the_chunk_it_completes(self, script):
+        """The decode step's shortcut (one chunk completed): chunk 3 ends in block 7, not in the
+        null block that chunk 0 ends in, so it is stored."""
+        s = script()
+        a = s.add("A", list(range(3, 18)))  # 15 tokens
+        s.admit(a, [0, 5, 6, 7])
+        assert s.step(scheduled={"A": 12}, new_blocks={"A": [0, 5, 6, 7]}).store_jobs[0].chunk_indices == (1, 2)
+        assert s.step(scheduled={"A": 3}).store_jobs == ()
+        s.sample("A", 40)  # the 16th token: chunk 3 is complete once it is computed
+        [job] = s.step(scheduled={"A": 1}).store_jobs
+        assert (job.chunk_indices, job.gpu_block_ids) == ((3,), (7,))
+
+
+class TestCompletionReports:
+    def test_a_report_that_does_not_say_otherwise_is_a_success(self, script):
+        """TransferResult's ``success`` defaults to true: the store lands and serves a hit."""
+        from kvoffload.core.types import TransferResult
+
+        s = script()
+        a = s.add("A", list(range(3, 11)))
+        s.admit(a, [1, 2])
+        plan = s.step(scheduled={"A": 8}, new_blocks={"A": [1, 2]})
+        s.connector.update_connector_output([TransferResult(job.job_id) for job in plan.store_jobs])
+        assert [s.manager.lookup(key) for key in a.block_hashes] == [LookupResult.HIT] * 2
+
+
 class TestRecency:
     """Which ready chunk the tier evicts after a request used X while Y was stored later."""
 

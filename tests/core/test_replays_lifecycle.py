@@ -180,6 +180,9 @@ class TestConfiguration:
         ({"cpu_chunks": 0}, "cpu_chunks must be a positive integer, got 0"),
         ({"blocks_per_chunk": 0}, "blocks_per_chunk must be a positive integer, got 0"),
         ({"block_size": -4}, "block_size must be a positive integer, got -4"),
+        ({"block_size": True}, "block_size must be a positive integer, got True"),  # a bool is no count
+        ({"cpu_chunks": 4.0}, "cpu_chunks must be a positive integer, got 4.0"),
+        ({"num_workers": "2"}, "num_workers must be a positive integer, got '2'"),
     ])
     def test_invalid_geometry_names_the_value(self, kwargs, message):
         from kvoffload.core.types import ConfigError, ConnectorConfig

@@ -54,6 +54,19 @@ def test_a_chunk_whose_last_slot_was_a_rejected_draft_is_written_when_the_token_
     assert record.store_visible_delays == [2, 2, 2]  # store_completion_steps = 1 on top
 
 
+def test_under_async_a_decode_chunk_is_stored_a_step_after_it_was_written():
+    """The async run of the story above. Chunk 0 is written by the prefill, whose tokens the
+    connector knows when it plans that step: submitted one step later, as in sync. A decode step
+    that completes a chunk is planned before the previous step's output is processed, so the
+    connector offers the chunk one step after its forward wrote it: 2 steps to submission, and
+    visible 2 steps after that (the completion report, processed a step late under async)."""
+    a = RequestSpec("A", tokens(1, 6), tokens(2, 8), accept_counts=(0,))
+    record = run([a], TINY.replace(spec_tokens=2, scheduling="async"))
+    assert healthy(record)
+    assert record.store_submit_delays == [1, 2, 2]
+    assert record.store_visible_delays == [3, 4, 4]
+
+
 def test_a_request_aborted_while_it_waits_after_preemption_stores_nothing_it_lost():
     """Async; A and B (8-token prompts, 8 outputs each) in 6 usable blocks. B is preempted, then
     aborted at step 7 while it waits; its follow-up C quotes B's first 12 tokens (chunks 0-2).

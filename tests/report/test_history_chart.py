@@ -145,7 +145,7 @@ def test_the_newest_commit_is_compared_with_the_one_recorded_before_it(tmp_path)
     points, units = find_asv_points(tmp_path / "asv")
     sentence, table = latest_moves(points, units, read_main_line(tmp_path / "asv"))
     assert sentence.startswith(f"main's newest recorded commit {LINE[4][:8]}")
-    assert f"recorded before it, {LINE[2][:8]}: 2 number(s) moved; 1 commit(s) between them have no result" in sentence
+    assert f"recorded before it, {LINE[2][:8]}: 5 number(s) recorded at both, 2 moved; 1 commit(s) between them have no result" in sentence
     header, *rows = table
     by_name = {(row[0], row[1]): row[3:] for row in rows}
     # the miss rate went up 0 -> 0.004 (worse); the leak count did not move; the measured µs moved with the load

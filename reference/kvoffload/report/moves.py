@@ -35,10 +35,11 @@ def latest_moves(points: Sequence[AsvPoint], units: dict[str, str], main_line: S
     newest, before = recorded[-1], recorded[-2]
     header = ("benchmark", "parameters", "machine", f"{axis.commits[before].commit[:8]}",
               f"{axis.commits[newest].commit[:8]}", "change", "verdict")
-    rows = []
+    rows, compared = [], 0
     for (machine, benchmark, params), line in sorted(series.items()):
         if newest not in line or before not in line:
             continue
+        compared += 1
         old, new = line[before].value, line[newest].value
         if abs(new - old) <= RELATIVE_NOISE * max(abs(old), abs(new)):
             continue
@@ -48,7 +49,8 @@ def latest_moves(points: Sequence[AsvPoint], units: dict[str, str], main_line: S
         rows.append((benchmark.split(".", 1)[-1], " ".join(params), machine, f"{old:g}", f"{new:g}", change, verdict))
     intended = [c for c in changes if axis.commits[newest].commit.startswith(c.commit)]
     sentence = (f"main's newest recorded commit {axis.commits[newest].commit[:8]} ({axis.commits[newest].date[:10]}) "
-                f"against the one recorded before it, {axis.commits[before].commit[:8]}: {len(rows)} number(s) moved"
+                f"against the one recorded before it, {axis.commits[before].commit[:8]}: {compared} number(s) recorded at "
+                f"both, {len(rows)} moved"
                 + (f"; {newest - before - 1} commit(s) between them have no result" if newest - before > 1 else "")
                 + ("; intended changes at the newest commit: " + "; ".join(c.reason for c in intended)
                    if intended else "")
