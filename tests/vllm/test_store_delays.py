@@ -47,10 +47,12 @@ def test_a_chunk_counts_from_the_step_its_last_slot_was_written():
     handler.submit_store(store(2, [10, 11], chunks=1))
     assert record.store_submit_delays == [2, 2, 6]  # block 11 is still full since step 3
 
-    # Handed to a request again: what the old owner wrote no longer counts (a store of a slot no
-    # forward wrote for this request counts from its own step, as the simulator's observer does).
+    # Handed to a request again (a prefix-cache hit): what the old owner wrote no longer counts;
+    # the chunk counts from the step that handed it out and planned its store, as the simulator's
+    # observer counts a chunk it saw no write of from the plan's step.
     delays.allocated(schedule(appended=[[11]]))
+    delays.step = 10
     handler.submit_store(store(3, [10, 11], chunks=1))
-    assert record.store_submit_delays == [2, 2, 6, 0]
+    assert record.store_submit_delays == [2, 2, 6, 1]
     metrics = compute_metrics(record)
     assert (metrics["store_submit_delay_steps_p50"], metrics["store_submit_delay_steps_p99"]) == (2, 6)

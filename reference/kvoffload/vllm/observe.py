@@ -106,10 +106,10 @@ class StoreSubmitDelays:
     it, seen at the worker's transfer handler (any connector's stores pass through it).
 
     A chunk is fully written when a forward writes its last slot (a rejected draft's write does
-    not count); a GPU block is keyed by its id and forgotten when the scheduler hands it to a
-    request again, so a store of a chunk this request never wrote (a prefix-cache hit, or a
-    slot no forward wrote) counts from its own step, 0, as the simulator counts it
-    (``kvoffload.engine.observer``, ``plan_built``).
+    not count); a GPU block is keyed by its id and restarts from the step the scheduler hands it
+    to a request, so a store of a chunk this request never wrote (a prefix-cache hit) counts from
+    the step that planned it, as the simulator counts it (``kvoffload.engine.observer``,
+    ``plan_built``: a chunk it saw no write of counts from the plan's step).
     """
 
     def __init__(self, block_size: int, record: RunRecord):
@@ -125,7 +125,7 @@ class StoreSubmitDelays:
         groups += [ids for ids in scheduler_output.scheduled_cached_reqs.new_block_ids if ids]
         for ids in groups:
             for block in ids[0]:
-                full_at.pop(block, None)
+                full_at[block] = self.step
 
     def written(self, step: int, table, start: int, valid_end: int) -> None:
         bs = self.block_size
