@@ -192,6 +192,18 @@ class TestManagerRecency:
         m.complete_load([a])
         assert m.prepare_store("r", [c]).evicted_keys == (victim.encode(),)
 
+    def evicted_after_r_finishes(self, m, d):
+        """w stores ``d``, r finishes, then w stores four new chunks into the full tier of 4: the
+        keys evicted, oldest first."""
+        m.prepare_store("w", [d])
+        m.complete_store([d])
+        m.on_request_finished("r")
+        evicted = []
+        for new in self.keys("e", "f", "g", "h"):
+            evicted += m.prepare_store("w", [new]).evicted_keys
+            m.complete_store([new])
+        return evicted
+
     def test_at_finish_a_request_reranks_its_chunks_head_to_tail_by_position(self):
         """0.31+ (cpu/policies/lru.py): on_request_finished re-ranks the keys a request stored or
         loaded in the order of their chunk positions, head newest, whatever order they were
@@ -203,14 +215,7 @@ class TestManagerRecency:
         head, middle, tail, d = self.keys("head", "middle", "tail", "d")
         m.prepare_store("r", [tail, head, middle], positions=[2, 0, 1])
         m.complete_store([tail, head, middle])
-        m.prepare_store("w", [d])
-        m.complete_store([d])
-        m.on_request_finished("r")
-        evicted = []
-        for new in self.keys("e", "f", "g", "h"):
-            evicted += m.prepare_store("w", [new]).evicted_keys
-            m.complete_store([new])
-        assert evicted == [d, tail, middle, head]
+        assert self.evicted_after_r_finishes(m, d) == [d, tail, middle, head]
         m.check_invariants()
 
     def test_without_positions_the_offer_order_is_the_chunk_order(self):
@@ -223,14 +228,7 @@ class TestManagerRecency:
         m.prepare_store("r", [head, middle])
         m.prepare_store("r", [tail])
         m.complete_store([head, middle, tail])
-        m.prepare_store("w", [d])
-        m.complete_store([d])
-        m.on_request_finished("r")
-        evicted = []
-        for new in self.keys("e", "f", "g", "h"):
-            evicted += m.prepare_store("w", [new]).evicted_keys
-            m.complete_store([new])
-        assert evicted == [d, tail, middle, head]
+        assert self.evicted_after_r_finishes(m, d) == [d, tail, middle, head]
 
     def test_keys_another_request_is_still_storing_are_not_its_access(self):
         m = CPUOffloadManager(3)

@@ -124,16 +124,11 @@ def test_percentile_is_the_nearest_rank(values, q, expected):
     assert percentile(values, q) == expected
 
 
-def test_a_fence_violation_made_on_purpose_is_counted():
+def test_a_fence_violation_made_on_purpose_is_counted(fence_story):
     """A's freed final block goes to B (a 30-block prompt, admitted as A finishes) in the schedule
     that builds A's final store; without the worker's submit-before-wait the store copies B's KV:
     exactly one block, written by a forward, and C loads it."""
-    config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8,
-                          max_num_batched_tokens=128, scheduling="async")
-    a = RequestSpec("A", tuple(range(10, 16)), (20, 21, 22))
-    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + (30, 31, 32, 33), (40, 41),
-                    parent="A", think_steps=3)
-    b = RequestSpec("B", tuple(range(100, 220)), (54, 55), parent="A", think_steps=0)
+    (a, c, b), config = fence_story
     broken = replay([a, c, b], config, Fixes().without("flush_submits_before_wait"), max_steps=200)
     fixed = replay([a, c, b], config, Fixes(), max_steps=200)
     assert compute_metrics(broken)["fence_violations"] == len(broken.fence_violations) == 1

@@ -173,16 +173,11 @@ def test_a_chunk_the_tier_already_holds_counts_as_offloaded():
     assert compute_metrics(record)["last_chunk_offloaded_rate"] == 1.0
 
 
-def test_a_last_chunk_stored_with_another_requests_kv_did_not_reach_the_tier():
+def test_a_last_chunk_stored_with_another_requests_kv_did_not_reach_the_tier(fence_story):
     """The fence story of test_glossary: without submit-before-wait, A's final store copies B's KV
     into the tier. A, C and B each finish with a full chunk; A's holds B's KV: 2 of 3, while
     the tier's slot for A's chunk is filled (a count of stores would say 3 of 3)."""
-    config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8,
-                          max_num_batched_tokens=128, scheduling="async")
-    a = RequestSpec("A", tuple(range(10, 16)), (20, 21, 22))
-    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + (30, 31, 32, 33), (40, 41),
-                    parent="A", think_steps=3)
-    b = RequestSpec("B", tuple(range(100, 220)), (54, 55), parent="A", think_steps=0)
+    (a, c, b), config = fence_story
     broken = replay([a, c, b], config, Fixes().without("flush_submits_before_wait"), max_steps=200)
     assert len(broken.fence_violations) == 1
     assert (broken.final_chunks, broken.final_chunks_offloaded) == (3, 2)
