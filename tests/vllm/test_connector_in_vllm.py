@@ -4,6 +4,7 @@ from vLLM's scheduler, copying between vLLM's paged KV tensors and its host tier
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -87,3 +88,24 @@ def test_the_threaded_handler_copies_in_the_background_with_the_same_verdict(sma
     assert record.crash is None and not record.leaked_requests
     assert replay.checked_load_tokens > 0
     assert record.poisoned == []
+
+
+def test_a_run_ends_only_after_the_last_background_store_is_reported(small_workload, monkeypatch):
+    """The last request's final store is still copying when the scheduler goes idle: the run
+    waits for it, so no request is left tracked by a copy thread's timing (CI once saw one)."""
+    from kvoffload.worker.copy import CpuBlockCopier
+
+    copy = CpuBlockCopier.copy
+
+    def slow_store(self, plan):
+        if plan.is_store:
+            time.sleep(0.02)
+        copy(self, plan)
+
+    monkeypatch.setattr(CpuBlockCopier, "copy", slow_store)
+    workload = small_workload("shared-prefix-small")
+    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"), transfer="threaded")
+    record = replay.run()
+    assert record.crash is None and not record.stuck_requests
+    assert record.leaked_requests == ()
+    assert replay.scheduler.connector.core.stats.store_jobs > 0

@@ -173,6 +173,11 @@ class FanOutHandler:
         for handler in self.handlers:
             handler.wait_all()
 
+    @property
+    def unreported_jobs(self) -> int:
+        """Jobs submitted whose result get_finished has not yet handed out."""
+        return len(self._is_store)
+
     def pending_store_source_blocks(self) -> frozenset[BlockId]:
         return frozenset().union(*(h.pending_store_source_blocks() for h in self.handlers))
 
