@@ -1,7 +1,12 @@
 """Survivors of the whole CI shown equivalent, each with its probe: the reason no input tells
 the mutant from the original, checked where a check is possible (``probes.py``). Keyed
-``module:operator:occurrence`` of the run's commit (results/mutation/tool/score.json). Survivors
-killed by a new test need no entry: the "new" stage records the test."""
+``module:operator:occurrence`` of the run's commit (results/mutation/tool/score.json).
+
+NEW_TESTS: the tests written for a survivor, each shown failing on it by the "new" stage (which
+plants the mutant and runs exactly these) and passing on the unmutated snapshot."""
+
+NEW_TESTS: dict[str, tuple[str, ...]] = {
+}
 
 FATES: dict[str, tuple[str, str]] = {
     "core/manager.py:core/NumberReplacer:31": (
