@@ -18,6 +18,12 @@ FATES: dict[str, tuple[str, str]] = {
         "the decode-step filter's last `and` made `or` lets through requests whose watermark is "
         "below their next chunk's end; _store_request returns for them without a change "
         "(probes.py: store_filter_or, every such call on the -small workloads and chunked prefills)"),
+    "engine/admission.py:core/NumberReplacer:15": (
+        "equivalent",
+        "_admit_new's `count = 0 if hits` made `-1 if hits`: with hits the count only enters "
+        "cdiv(num_local + hits + count, bs), equal for x and x - 1 when x is a positive multiple of bs, "
+        "and a whole-block GPU prefix plus a chunk-aligned hit is one (probes.py: aligned_hits, every "
+        "hit of the -small workloads sync and async and of two-block chunks)"),
     "engine/observer.py:core/NumberReplacer:29": (
         "equivalent",
         "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "
