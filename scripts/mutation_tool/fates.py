@@ -6,6 +6,8 @@ NEW_TESTS: the tests written for a survivor, each shown failing on it by the "ne
 plants the mutant and runs exactly these) and passing on the unmutated snapshot."""
 
 NEW_TESTS: dict[str, tuple[str, ...]] = {
+    "engine/cost.py:core/NumberReplacer:16": (
+        "tests/engine/test_cost.py::test_both_profiles_move_kv_over_the_same_50_gb_per_s_link",),
 }
 
 FATES: dict[str, tuple[str, str]] = {
