@@ -152,14 +152,17 @@ def _pair(name: str, real, simulated) -> str:
     return f"{a} (=)" if a == b else f"{a} / {b}"
 
 
-def releases_markdown(table: dict) -> str:
-    """The README's release table: each release's row beside its preset's ("x (=)" where they
-    agree, else "release / preset"; "-" where an engine cannot measure the metric)."""
+def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> str:
+    """The README's release table (the rows of ``workloads``, default all): each release's row
+    beside its preset's ("x (=)" where they agree, else "release / preset"; "-" where an engine
+    cannot measure the metric)."""
     lines = ["| release | preset | workload | sched | requests agreeing | GPU-hit tokens | connector-hit tokens "
              "| poisoned | crashes | leaked | last-block hit | offload hit | submit p50 / p99 | µs/step |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for entry in table["releases"]:
         for row in entry["rows"]:
+            if workloads is not None and row["workload"] not in workloads:
+                continue
             head = f"| {entry['release']} | {entry['preset']} | {row['workload']} | {row['scheduling']} |"
             if "setup_error" in row:
                 lines.append(f"{head} setup failed: {row['setup_error']} |" + " |" * 9)

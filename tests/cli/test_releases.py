@@ -73,6 +73,10 @@ def test_rows_agree_request_by_request_and_name_the_first_differences():
                                              "rows": [differs, crashed]}]}).splitlines()
     assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")
     assert lines[3].startswith("| 0.26.0 | vllm-0.26 | w | sync | 3/3 | 24 (=) | 40 (=) | 0 (=) | 1 / 0 |")
+    # one table per workload size: the rows of the other workloads are left out
+    other = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26", "rows": [differs]}]},
+                              ("multi-turn",))
+    assert len(other.splitlines()) == 2
 
 
 def test_a_release_without_its_venv_is_one_line_naming_the_setup_command(capsys, tmp_path, monkeypatch):
