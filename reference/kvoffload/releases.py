@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvoffload.core.fixes import PRESETS, Fixes
-from kvoffload.metrics import MODEL_METRICS, compute_metrics
+from kvoffload.metrics import MEASURED_METRICS, MODEL_METRICS, compute_metrics, same_value
 from kvoffload.workloads import load_workload
 
 SCHEMA = "kvoffload-bench/releases/v1"
@@ -128,7 +128,22 @@ def compare(release_row: dict, simulated: SimulatorRow) -> dict:
     row["agree"] = (not differing and row["totals"]["release"] == row["totals"]["preset"]
                     and all(v["release"] is None or v["release"] == v["preset"] for v in row["zero_metrics"].values())
                     and (release_row["error"] is None) == (simulated.error is None))
+    row["differing_metrics"] = differing_metrics(measured, simulated.metrics)
     return row
+
+
+def differing_metrics(release: dict, preset: dict) -> list[str]:
+    """The deterministic metrics both sides measured and that differ (timings left out: they are
+    a machine's, not a decision)."""
+    return sorted(name for name in release.keys() & preset.keys()
+                  if name not in MEASURED_METRICS and release[name] is not None and preset[name] is not None
+                  and not same_value(release[name], preset[name]))
+
+
+def needs_second_pass(row: dict) -> bool:
+    """A row whose release and preset differ anywhere: a request, a total, a zero-metric, a crash
+    or a deterministic metric (e.g. the offload hit rate of an extra lookup after preemption)."""
+    return "setup_error" not in row and (not row["agree"] or bool(row["differing_metrics"]))
 
 
 def preset_inside(release_row: dict, preset_row: dict) -> dict:
@@ -136,7 +151,8 @@ def preset_inside(release_row: dict, preset_row: dict) -> dict:
     release's own scheduler (``kvoffload.vllm.rows --preset``): a connector-only comparison."""
     inside = SimulatorRow(preset_row["metrics"], preset_row["error"], preset_row["first_admission"])
     row = compare(release_row, inside)
-    return {key: row[key] for key in ("agreeing", "requests", "agree", "first_differences", "totals")}
+    return {key: row[key] for key in ("agreeing", "requests", "agree", "differing_metrics", "first_differences",
+                                      "totals")}
 
 
 def known_preset(release: str) -> str | None:
@@ -157,15 +173,16 @@ def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> 
     beside its preset's ("x (=)" where they agree, else "release / preset"; "-" where an engine
     cannot measure the metric)."""
     lines = ["| release | preset | workload | sched | requests agreeing | GPU-hit tokens | connector-hit tokens "
-             "| poisoned | crashes | leaked | last-block hit | offload hit | submit p50 / p99 | µs/step |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| poisoned | crashes | leaked | last-block hit | offload hit | submit p50 / p99 | µs/step "
+             "| the preset in the release's scheduler |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for entry in table["releases"]:
         for row in entry["rows"]:
             if workloads is not None and row["workload"] not in workloads:
                 continue
             head = f"| {entry['release']} | {entry['preset']} | {row['workload']} | {row['scheduling']} |"
             if "setup_error" in row:
-                lines.append(f"{head} setup failed: {row['setup_error']} |" + " |" * 9)
+                lines.append(f"{head} setup failed: {row['setup_error']} |" + " |" * 10)
                 continue
             real, sim = row["release"]["metrics"], row["preset"]["metrics"]
             totals = row["totals"]
@@ -180,8 +197,22 @@ def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> 
                                     ("store_submit_delay_steps_p50", "store_submit_delay_steps_p99")))
             us = "connector_us_per_step"
             cells.append(f"{format_us(real.get(us))} / {format_us(sim.get(us))}")
+            cells.append(_second_pass(row))
             lines.append(head + " " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _second_pass(row: dict) -> str:
+    """"=" where the preset, replayed in the release's own scheduler, admits every request and
+    measures every metric as the release's stock connector (the schedulers differ, not the
+    connectors); what still differs otherwise; "-" where the row needed no second pass."""
+    inside = row.get("preset_in_release_scheduler")
+    if inside is None:
+        return "not run" if needs_second_pass(row) else "-"
+    if inside["agree"] and not inside.get("differing_metrics"):
+        return "= (all " + str(inside["requests"]) + ")"
+    differs = ", ".join(inside.get("differing_metrics") or ())
+    return f"{inside['agreeing']}/{inside['requests']}" + (f"; {differs} differ" if differs else "")
 
 
 def format_us(value) -> str:

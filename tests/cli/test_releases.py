@@ -14,7 +14,8 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.cli import releases as releases_cli
-from kvoffload.releases import SimulatorRow, compare, releases_markdown, venv_name
+from kvoffload.releases import (SimulatorRow, compare, needs_second_pass, preset_inside, releases_markdown,
+                                venv_name)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,11 +69,33 @@ def test_rows_agree_request_by_request_and_name_the_first_differences():
     assert crashed["agreeing"] == 3 and not crashed["agree"]
     assert crashed["zero_metrics"]["crashes"] == {"release": 1, "preset": 0}
 
+    # every request and total agrees, but a deterministic metric does not: named, and worth a second
+    # pass; the connector's µs per step (a timing) and a metric only one side has are no difference
+    metrics = {"poisoned_loads": 0, "crashes": 0, "offload_hit_rate": 0.305, "connector_us_per_step": 9.0,
+               "steps": 166}
+    hits = {"a": [16, 0], "b": [0, 32], "c": [8, 8]}
+    rate_only = compare(release_row(hits, metrics),
+                        SimulatorRow({**preset.metrics, "offload_hit_rate": 0.308, "connector_us_per_step": 2.0}, None,
+                                     preset.first_admission))
+    assert rate_only["agree"] and rate_only["differing_metrics"] == ["offload_hit_rate"]
+    assert needs_second_pass(rate_only) and needs_second_pass(differs) and not needs_second_pass(same)
+    # the second pass: the preset in the release's scheduler measured the same rate: "=" in the table
+    rate_only["preset_in_release_scheduler"] = preset_inside(
+        release_row(hits, metrics), {"metrics": {**metrics, "connector_us_per_step": 1.0}, "error": None,
+                                     "first_admission": hits})
+    # and one where its steps differ too
+    differs["preset_in_release_scheduler"] = preset_inside(
+        release_row({"a": [16, 0], "b": [0, 32], "c": [8, 0], "d": [0, 0]}, metrics),
+        {"metrics": {**metrics, "steps": 170}, "error": None, "first_admission": hits})
+
     # The README's table: "x (=)" where the release agrees with its preset, else "release / preset"
     lines = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26",
-                                             "rows": [differs, crashed]}]}).splitlines()
+                                             "rows": [differs, crashed, rate_only, same]}]}).splitlines()
     assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")
     assert lines[3].startswith("| 0.26.0 | vllm-0.26 | w | sync | 3/3 | 24 (=) | 40 (=) | 0 (=) | 1 / 0 |")
+    # the last column: the second pass (2 of 4 requests and the steps differ; never run; all equal; not needed)
+    assert [line.rsplit("|", 2)[1].strip() for line in lines[2:]] == ["2/4; steps differ", "not run", "= (all 3)", "-"]
+    assert "| 0.305 / 0.308 |" in lines[4]
     # one table per workload size: the rows of the other workloads are left out
     other = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26", "rows": [differs]}]},
                               ("multi-turn",))

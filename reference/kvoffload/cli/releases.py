@@ -24,8 +24,8 @@ from kvoffload.cli.outputs import check_output_file
 from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
 from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, SMALL_WORKLOADS, compare,
-                                known_preset, preset_inside, preset_label, simulator_row,
-                                venv_name)
+                                known_preset, needs_second_pass, preset_inside, preset_label,
+                                simulator_row, venv_name)
 from kvoffload.results import write_atomic
 
 
@@ -67,9 +67,9 @@ def _cmd_releases(args: argparse.Namespace) -> int:
             if key not in presets:
                 presets[key] = simulator_row(*key)
             compared.append(compare(real, presets[key]))
-        # Where the release and the simulator disagree: the preset in the release's own scheduler.
+        # Where the release and the simulator differ: the preset in the release's own scheduler.
         # Agreeing with the stock connector there, the preset is right and the schedulers differ.
-        differing = [(row["workload"], row["scheduling"]) for row in compared if not row.get("agree", True)]
+        differing = [(row["workload"], row["scheduling"]) for row in compared if needs_second_pass(row)]
         if differing:
             inside, more = _release_rows(release, differing, args.timeout, preset or "reference")
             seconds += more
@@ -176,11 +176,15 @@ def _table(entries: list[dict]) -> str:
                 f"  {crash:>9}  {pair('leaked_requests', zero['leaked_requests']['release'], zero['leaked_requests']['preset']):>7}"
                 f"  {pair('last_block_hit_rate', real.get('last_block_hit_rate'), sim.get('last_block_hit_rate')):>11}"
                 f"  {pair('offload_hit_rate', real.get('offload_hit_rate'), sim.get('offload_hit_rate')):>11}")
+            if row.get("differing_metrics"):
+                lines.append(f"      metrics that differ: {', '.join(row['differing_metrics'])}")
             inside = row.get("preset_in_release_scheduler")
             if inside:
+                same = inside["agree"] and not inside.get("differing_metrics")
                 lines.append(f"      the preset in vLLM {entry['release']}'s own scheduler: {inside['agreeing']}/"
                              f"{inside['requests']} requests as the release's stock connector"
-                             f"{' (agree: the schedulers differ)' if inside['agree'] else ''}")
+                             + (" (agree: the schedulers differ)" if same else
+                                f"; metrics that differ: {', '.join(inside.get('differing_metrics') or ['none'])}"))
             for side in ("release", "preset"):
                 error = row[side]["error"]
                 if error:
