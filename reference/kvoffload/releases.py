@@ -143,7 +143,7 @@ def differing_metrics(release: dict, preset: dict) -> list[str]:
 def needs_second_pass(row: dict) -> bool:
     """A row whose release and preset differ anywhere: a request, a total, a zero-metric, a crash
     or a deterministic metric (e.g. the offload hit rate of an extra lookup after preemption)."""
-    return "setup_error" not in row and (not row["agree"] or bool(row["differing_metrics"]))
+    return "setup_error" not in row and (not row["agree"] or bool(row.get("differing_metrics")))
 
 
 def preset_inside(release_row: dict, preset_row: dict) -> dict:
