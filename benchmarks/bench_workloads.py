@@ -46,7 +46,8 @@ WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 CONNECTORS = ["reference", *PRESETS]  # the reference, then every vLLM preset (core/fixes.py)
 WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")  # the tracked workloads, in full
 # Replays per connector of each -small workload for the measured tracks: five samples give
-# quartiles; the 75 replays of the -small workloads cost a fraction of the 15 full ones (benchmarks/README.md).
+# quartiles; the 75 replays of the -small workloads cost a fraction of the 15 full ones
+# (benchmarks/README.md, "History").
 MEASURE_REPEAT = 5
 
 # The store delays changed meaning in df49c27 (drafts no longer count as written KV; async

@@ -107,6 +107,7 @@ def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
 # the ablation and delay charts take the runs of one size and print it in their footer). Any other
 # key of ``config`` is the engine or the configuration (a --set override, another seed or profile).
 MAY_DIFFER = ("connector", "cpu_chunks")
+_MISSING = object()  # a config key one run lacks: never equal to the other's value
 
 
 def check_one_axis(runs: list[RunFile]) -> None:
@@ -128,8 +129,8 @@ def check_one_axis(runs: list[RunFile]) -> None:
             raise ResultError(f"{first.path} (engine {engines[0]}) and {run.path} (engine {engines[1]}) are runs "
                               f"of {run.workload} on different engines: a chart cannot put them on one axis; give "
                               f"--from a folder with one engine's runs")
-        differ = sorted(key for key in set(first.config) | set(run.config)
-                        if key not in (*MAY_DIFFER, "engine") and first.config.get(key, "absent") != run.config.get(key, "absent"))
+        differ = sorted(key for key in set(first.config) | set(run.config) if key not in (*MAY_DIFFER, "engine")
+                        and first.config.get(key, _MISSING) != run.config.get(key, _MISSING))
         if differ:
             shown = ", ".join(f"{key} {_shown(first.config, key)} vs {_shown(run.config, key)}" for key in differ[:3])
             raise ResultError(f"{first.path} and {run.path} are runs of {run.workload} with different "
