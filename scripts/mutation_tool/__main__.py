@@ -26,6 +26,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -324,12 +325,26 @@ def stage_command(stage: str, row: dict) -> list[str]:
     if stage == "new":  # the tests written for this survivor (fates.NEW_TESTS)
         from fates import NEW_TESTS
         return pytest_command(NEW_TESTS[key(row)])
-    if stage == "main":
-        return pytest_command(("tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES), "-m", "not vllm"))
+    if stage == "main":  # the whole main suite, the files that import the mutated module first (-x)
+        return pytest_command((*importers(row["module"]), "tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES),
+                               "-m", "not vllm"))
     if stage == "gate":
         return [PYTHON, "-m", "kvoffload.cli", "gate"]
     return [VLLM_PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-m", "vllm",
             "tests/vllm"]
+
+
+def importers(module: str) -> list[str]:
+    """The main suite's test files that import ``module`` (``kvoffload.engine.engine`` or
+    ``from kvoffload.engine import engine``) outside its selection (those passed already): the
+    likeliest killers of its survivors, run first, smallest first (the property and fuzz runs,
+    minutes each, are large files)."""
+    dotted = "kvoffload." + module.removesuffix(".py").replace("/", ".")
+    parent, name = dotted.rsplit(".", 1)
+    pattern = re.compile(rf"{re.escape(dotted)}\b|from {re.escape(parent)} import [^\n]*\b{name}\b")
+    files = sorted((TREE / "tests").rglob("test_*.py"), key=lambda path: (path.stat().st_size, path))
+    return [str(path.relative_to(TREE)) for path in files if pattern.search(path.read_text(errors="replace"))
+            and not str(path.relative_to(TREE)).startswith(MAIN_SUITE_IGNORES + TESTS_OF[module] + ("tests/vllm",))]
 
 
 def failing_unmutated(command: list[str]) -> list[str]:
