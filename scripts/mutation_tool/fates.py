@@ -8,6 +8,14 @@ plants the mutant and runs exactly these) and passing on the unmutated snapshot.
 NEW_TESTS: dict[str, tuple[str, ...]] = {
     "engine/cost.py:core/NumberReplacer:16": (
         "tests/engine/test_cost.py::test_both_profiles_move_kv_over_the_same_50_gb_per_s_link",),
+    "engine/engine.py:core/ReplaceBinaryOperator_Add_BitXor:6": (
+        "tests/engine/test_spec_rules.py::TestABudgetBelowAPaddedStep::"
+        "test_the_setting_is_accepted_and_the_loaded_request_is_never_scheduled",),
+    "engine/engine.py:core/AddNot:32": (
+        "tests/engine/test_engine_replays.py::TestRobustness::"
+        "test_a_request_the_connector_never_releases_is_named_when_the_run_drains",),
+    "engine/final_chunks.py:core/NumberReplacer:4": (
+        "tests/metrics/test_metrics.py::test_a_chunk_whose_tier_slot_was_overwritten_no_longer_counts_as_held",),
 }
 
 FATES: dict[str, tuple[str, str]] = {

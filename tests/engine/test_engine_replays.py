@@ -166,6 +166,23 @@ class TestRobustness:
         assert (record.crash, record.poisoned, record.leaked_requests) == (None, [], ())
         assert record.finished_requests == 8
 
+    def test_a_request_the_connector_never_releases_is_named_when_the_run_drains(self, monkeypatch):
+        """The planted leak: the connector keeps B's state after B finished and its jobs ended.
+        The run itself ends normally; the record names B, and only B, as leaked."""
+        from kvoffload.core.scheduler import ReferenceConnectorScheduler
+
+        release = ReferenceConnectorScheduler._release_if_done
+
+        def keeps_b(self, state):
+            if state.req.req_id != "B":
+                release(self, state)
+
+        monkeypatch.setattr(ReferenceConnectorScheduler, "_release_if_done", keeps_b)
+        requests = [RequestSpec(name, tokens(i, 9), tokens(i + 20, 3), arrival_step=i) for i, name in enumerate("ABC")]
+        record = replay(requests, TINY, Fixes())
+        assert (record.crash, record.stuck_requests, record.finished_requests) == (None, (), 3)
+        assert record.leaked_requests == ("B",)
+
     @pytest.mark.parametrize("scheduling", ["sync", "async"])
     def test_aborts_of_queued_and_prefilling_requests(self, scheduling):
         config = TINY.replace(scheduling=scheduling, max_num_batched_tokens=8, max_num_seqs=1)
