@@ -34,6 +34,12 @@ FATES: dict[str, tuple[str, str]] = {
         "cdiv(num_local + hits + count, bs), equal for x and x - 1 when x is a positive multiple of bs, "
         "and a whole-block GPU prefix plus a chunk-aligned hit is one (probes.py: aligned_hits, every "
         "hit of the -small workloads sync and async and of two-block chunks)"),
+    "engine/live.py:core/ReplaceFalseWithTrue:0": (
+        "equivalent",
+        "LiveRequest's `@dataclass(eq=False)` made `eq=True`: field equality is identity (each live "
+        "request owns the Request built for it, and Request compares by identity), and nothing hashes a "
+        "live request (probes.py: live_identity, every comparison of the -small workloads sync and async "
+        "and of a preempting tight pool, under the mutant's == and without a hash)"),
     "engine/observer.py:core/NumberReplacer:29": (
         "equivalent",
         "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "

@@ -187,7 +187,58 @@ def aligned_hits() -> None:
           "blocks after a whole-block GPU prefix")
 
 
-PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits]
+def live_identity() -> None:
+    """engine/live.py: ``@dataclass(eq=False)`` made ``eq=True`` on LiveRequest. Field equality
+    then replaces identity, and the class loses its hash. Field equality is identity: each live
+    request owns the Request ``create`` built for it, and Request compares by identity. Nothing
+    hashes a live request. Both checked under the mutant's own semantics (field-wise ``==``,
+    ``__hash__ = None``) on every comparison of the -small workloads, sync and async, and of a
+    tight pool that preempts."""
+    import dataclasses
+
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.core.request import Request
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.engine import Engine
+    from kvoffload.engine.live import LiveRequest
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.workloads import load_workload
+
+    assert Request.__eq__ is object.__eq__
+    names = [f.name for f in dataclasses.fields(LiveRequest)]
+    comparisons = 0
+
+    def field_eq(self, other):
+        nonlocal comparisons
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        same = tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
+        assert same == (self is other), (self.req_id, other.req_id)
+        comparisons += 1
+        return same
+
+    tight = EngineConfig(gpu_blocks=9, cpu_chunks=64, block_size=4, max_num_batched_tokens=16, reserve_full_isl=False)
+    crowd = [RequestSpec(f"r{i}", tuple(range(3 + i, 15 + i)), tuple(range(40, 52)), arrival_step=i % 3)
+             for i in range(6)]
+    saved = LiveRequest.__eq__, LiveRequest.__hash__
+    LiveRequest.__eq__, LiveRequest.__hash__ = field_eq, None
+    try:
+        runs = [(load_workload(name).requests, load_workload(name).engine)
+                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
+        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
+                 for other in ("sync", "async") if other != config.scheduling]
+        runs += [(crowd, tight.replace(scheduling=mode)) for mode in ("sync", "async")]
+        for requests, config in runs:
+            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
+            assert record.crash is None, record.crash
+    finally:
+        LiveRequest.__eq__, LiveRequest.__hash__ = saved
+    assert comparisons > 0, "no live request was compared: the probe did not reach the queues"
+    print(f"    {comparisons} comparisons of live requests, each one identity; none hashed")
+
+
+PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits,
+          live_identity]
 
 if __name__ == "__main__":
     for probe in PROBES:
