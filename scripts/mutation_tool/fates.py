@@ -14,6 +14,8 @@ NEW_TESTS: dict[str, tuple[str, ...]] = {
     "engine/engine.py:core/AddNot:32": (
         "tests/engine/test_engine_replays.py::TestRobustness::"
         "test_a_request_the_connector_never_releases_is_named_when_the_run_drains",),
+    "engine/record.py:core/NumberReplacer:36": (
+        "tests/metrics/test_metrics.py::test_a_fresh_record_has_counted_nothing",),
     "engine/final_chunks.py:core/NumberReplacer:4": (
         "tests/metrics/test_metrics.py::test_a_chunk_whose_tier_slot_was_overwritten_no_longer_counts_as_held",),
 }
@@ -40,6 +42,16 @@ FATES: dict[str, tuple[str, str]] = {
         "request owns the Request built for it, and Request compares by identity), and nothing hashes a "
         "live request (probes.py: live_identity, every comparison of the -small workloads sync and async "
         "and of a preempting tight pool, under the mutant's == and without a hash)"),
+    "engine/scheduler.py:core/ReplaceBinaryOperator_Sub_LShift:3": (
+        "equivalent",
+        "the async cache_blocks guard's `num_computed - placeholders` made `<<`: with placeholders >= 0 "
+        "the mutant's guard holds wherever the original's does, and where only it holds commit_computed "
+        "commits nothing (it checks the same count itself) (probes.py: async_commit_guard, the mutated "
+        "method run on the -small workloads sync and async: the same metrics and traces)"),
+    "gate.py:core/ReplaceComparisonOperator_Eq_LtE:0": (
+        "equivalent",
+        "MEASURED_HIGHER_IS_BETTER's `direction == \"higher\"` made `<=`: \"higher\" sorts first among the "
+        "glossary's directions, so both select the same metrics (probes.py: least_direction)"),
     "engine/observer.py:core/NumberReplacer:29": (
         "equivalent",
         "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "

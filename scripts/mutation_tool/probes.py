@@ -237,8 +237,79 @@ def live_identity() -> None:
     print(f"    {comparisons} comparisons of live requests, each one identity; none hashed")
 
 
+def least_direction() -> None:
+    """gate.py MEASURED_HIGHER_IS_BETTER: ``direction == "higher"`` made ``<=``. The glossary's
+    directions are "higher", "lower", "zero" and "info" (metrics.Metric, held by test_facts), and
+    "higher" sorts first among them: ``d <= "higher"`` holds for "higher" alone."""
+    from kvoffload import gate
+    from kvoffload.metrics import GLOSSARY
+
+    directions = {metric.better for metric in GLOSSARY}
+    assert directions <= {"higher", "lower", "zero", "info"}, directions
+    assert all((d <= "higher") == (d == "higher") for d in directions)
+    mutated = frozenset(name for name, direction, _ in GLOSSARY if name in gate.MEASURED and direction <= "higher")
+    assert mutated == gate.MEASURED_HIGHER_IS_BETTER
+
+
+def _replays() -> list:
+    """(requests, engine config) of the -small workloads, each under both schedulings."""
+    from kvoffload.workloads import load_workload
+
+    runs = [(load_workload(name).requests, load_workload(name).engine)
+            for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
+    return [(requests, config.replace(scheduling=mode)) for requests, config in runs for mode in ("sync", "async")]
+
+
+def async_commit_guard() -> None:
+    """engine/scheduler.py update_from_output: the async cache_blocks guard
+    ``(num_computed - placeholders) // bs > num_committed_blocks`` with ``-`` made ``<<``. With
+    placeholders >= 0 the shifted value is never smaller, so the mutant's guard holds wherever
+    the original's does; where only the mutant's holds, ``commit_computed`` (which takes
+    ``num_computed - placeholders`` and checks the same count itself) commits nothing. Checked
+    by running the mutated method itself beside the original on the -small workloads, sync and
+    async: every record equal, metrics and trace; and placeholders never negative there."""
+    import inspect
+    import textwrap
+
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine import scheduler as module
+    from kvoffload.engine.engine import Engine
+    from kvoffload.metrics import MEASURED_METRICS, compute_metrics
+
+    original = module.SchedulerModel.update_from_output
+    source = textwrap.dedent(inspect.getsource(original))
+    guard = "(req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks"
+    assert source.count(guard) == 1
+    namespace = dict(vars(module))
+    exec(compile(source.replace(guard, guard.replace(" - ", " << ", 1)), module.__file__, "exec"), namespace)
+    mutated = namespace["update_from_output"]
+    negative = 0
+
+    def watched(self, output):
+        nonlocal negative
+        negative += sum(item.live.placeholders < 0 for item in output.scheduled)
+        return mutated(self, output)
+
+    def run(requests, config):
+        record = Engine(requests, config, Fixes(), max_steps=200_000, trace=True).run()
+        assert record.crash is None, record.crash
+        metrics = compute_metrics(record)
+        return {name: value for name, value in metrics.items() if name not in MEASURED_METRICS}, record.trace_events
+
+    runs = _replays()
+    before = [run(requests, config) for requests, config in runs]
+    module.SchedulerModel.update_from_output = watched
+    try:
+        after = [run(requests, config) for requests, config in runs]
+    finally:
+        module.SchedulerModel.update_from_output = original
+    assert before == after
+    assert negative == 0, negative
+    print(f"    {len(runs)} replays: the same metrics and traces with the mutated guard")
+
+
 PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits,
-          live_identity]
+          live_identity, least_direction, async_commit_guard]
 
 if __name__ == "__main__":
     for probe in PROBES:

@@ -232,3 +232,15 @@ def test_a_chunk_whose_tier_slot_was_overwritten_no_longer_counts_as_held():
     store("A", 5)
     store("X", 5)
     assert b_finished() == (1, 0)
+
+
+def test_a_fresh_record_has_counted_nothing():
+    """Both engines (the simulator's observer, the vLLM replays) add to a fresh RunRecord: every
+    count and time starts at 0, every list empty, no verdict. A record that counted two finished
+    requests' last chunks and none that reached the tier says 0.0, not more."""
+    import dataclasses
+
+    record = RunRecord()
+    values = {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
+    assert {name for name, value in values.items() if value not in (0, None, False) and value != type(value)()} == set()
+    assert compute_metrics(RunRecord(final_chunks=2))["last_chunk_offloaded_rate"] == 0.0
