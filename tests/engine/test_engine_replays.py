@@ -152,6 +152,21 @@ class TestFinalTokenWatermark:
         assert replay(two_turns(first_output=2), TINY, Fixes(), strict=True).poisoned == []
 
 
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_a_follow_up_finds_its_parents_decoded_blocks_in_the_gpu_prefix_cache(scheduling):
+    """vLLM caches a running request's blocks as they fill, its decoded ones too
+    (``KVCacheManager.allocate_slots`` -> ``cache_blocks``): A decodes 9 tokens after an 8-token
+    prompt; positions 0-15 are written (the last sampled token's KV never is), 4 full blocks.
+    C repeats A's whole history and arrives once A finished: its GPU prefix hit is those 16
+    tokens, the connector's tier not needed."""
+    a = RequestSpec("A", tokens(1, 8), tokens(2, 9))
+    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + tokens(3, 4), tokens(4, 2), parent="A",
+                    think_steps=3)
+    record = replay([a, c], TINY.replace(scheduling=scheduling), Fixes())
+    assert (record.crash, record.finished_requests) == (None, 2)
+    assert record.gpu_hit_tokens == 16
+
+
 class TestRobustness:
     """Preemption, aborts and reset_cache with jobs in flight: no crash, no leak, no poison."""
 
