@@ -50,6 +50,11 @@ FATES: dict[str, tuple[str, str]] = {
         "the mutant's guard holds wherever the original's does, and where only it holds commit_computed "
         "commits nothing (it checks the same count itself) (probes.py: async_commit_guard, the mutated "
         "method run on the -small workloads sync and async: the same metrics and traces)"),
+    "engine/set_order.py:core/NumberReplacer:95": (
+        "equivalent",
+        "the set model's growth rule `fill <= 50000` made `<= 49999`: they differ only for a resize at a "
+        "fill of exactly 50,000, and resizes happen at ceil(3 (2**k - 1) / 5) for power-of-two tables, "
+        "never 50,000 (probes.py: set_growth_threshold)"),
     "gate.py:core/ReplaceComparisonOperator_Eq_LtE:0": (
         "equivalent",
         "MEASURED_HIGHER_IS_BETTER's `direction == \"higher\"` made `<=`: \"higher\" sorts first among the "

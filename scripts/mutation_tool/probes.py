@@ -308,8 +308,21 @@ def async_commit_guard() -> None:
     print(f"    {len(runs)} replays: the same metrics and traces with the mutated guard")
 
 
+def set_growth_threshold() -> None:
+    """engine/set_order.py set_iteration_order: the growth rule's ``fill <= 50000`` made ``<= 49999``
+    (CPython's ``set_add_entry``). The two differ only for a resize at a fill of exactly 50,000;
+    a resize happens at the first fill with ``fill * 5 >= mask * 3``, and every table is a power
+    of two (``_resized`` doubles from 8), so it happens at ceil(3 (2**k - 1) / 5), never 50,000."""
+    from kvoffload.engine import set_order
+
+    fills = {-(-3 * (2**k - 1) // 5) for k in range(3, 64)}
+    assert 50000 not in fills
+    assert {len(set_order._resized([None] * 8, used)) for used in range(0, 5000, 7)} <= {2**k for k in range(3, 16)}
+
+
 PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits,
-          live_identity, least_direction, async_commit_guard]
+          live_identity, least_direction, async_commit_guard,
+          set_growth_threshold]
 
 if __name__ == "__main__":
     for probe in PROBES:
