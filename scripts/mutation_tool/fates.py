@@ -22,6 +22,8 @@ NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/engine/test_set_order.py::test_the_model_iterates_as_a_real_set_started_with_that_seed",),
     "engine/set_order.py:core/NumberReplacer:68": (
         "tests/engine/test_set_order.py::test_the_model_iterates_as_a_real_set_started_with_that_seed",),
+    "engine/watchdog.py:core/ReplaceOrWithAnd:1": (
+        "tests/engine/test_watchdog.py::TestWatchdog::test_steady_progress_for_longer_than_the_window_is_no_livelock",),
     "engine/final_chunks.py:core/NumberReplacer:4": (
         "tests/metrics/test_metrics.py::test_a_chunk_whose_tier_slot_was_overwritten_no_longer_counts_as_held",),
 }
@@ -59,6 +61,11 @@ FATES: dict[str, tuple[str, str]] = {
         "the set model's growth rule `fill <= 50000` made `<= 49999`: they differ only for a resize at a "
         "fill of exactly 50,000, and resizes happen at ceil(3 (2**k - 1) / 5) for power-of-two tables, "
         "never 50,000 (probes.py: set_growth_threshold)"),
+    "engine/watchdog.py:core/ReplaceTrueWithFalse:0": (
+        "equivalent",
+        "Livelock's `frozen=True` made `frozen=False`: it holds a dict, so it hashes in neither, and nothing "
+        "assigns to one (built in one expression by the watchdog, only read by the engine) "
+        "(probes.py: livelock_read_only)"),
     "gate.py:core/ReplaceComparisonOperator_Eq_LtE:0": (
         "equivalent",
         "MEASURED_HIGHER_IS_BETTER's `direction == \"higher\"` made `<=`: \"higher\" sorts first among the "

@@ -320,9 +320,34 @@ def set_growth_threshold() -> None:
     assert {len(set_order._resized([None] * 8, used)) for used in range(0, 5000, 7)} <= {2**k for k in range(3, 16)}
 
 
+def livelock_read_only() -> None:
+    """engine/watchdog.py: ``@dataclass(frozen=True)`` made ``frozen=False`` on Livelock. Freezing
+    forbids assigning a field and derives a hash; a Livelock holds a dict, so hashing one fails
+    either way, and nothing assigns to one: the watchdog builds it in one expression and the
+    engine, the one place that receives it, only reads it (as_dict, describe, alive)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "reference" / "kvoffload"
+    builders = [path for path in package.rglob("*.py") if "Livelock(" in path.read_text()]
+    assert builders == [package / "engine" / "watchdog.py"], builders
+    engine = ast.parse((package / "engine" / "engine.py").read_text())
+    observed = [node for node in ast.walk(engine) if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call) and getattr(node.value.func, "attr", "") == "observe"]
+    assert [target.id for node in observed for target in node.targets] == ["verdict"]
+    assigned = [node for node in ast.walk(engine) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "verdict"]
+    assert assigned == []
+    watchdog = ast.parse((package / "engine" / "watchdog.py").read_text())
+    livelock = next(node for node in watchdog.body if isinstance(node, ast.ClassDef) and node.name == "Livelock")
+    assert not [node for node in ast.walk(livelock) if isinstance(node, (ast.Assign, ast.AugAssign))
+                and any(isinstance(t, ast.Attribute) for t in getattr(node, "targets", [getattr(node, "target", None)]))]
+
+
 PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits,
           live_identity, least_direction, async_commit_guard,
-          set_growth_threshold]
+          set_growth_threshold, livelock_read_only]
 
 if __name__ == "__main__":
     for probe in PROBES:
