@@ -70,15 +70,6 @@ FATES: dict[str, tuple[str, str]] = {
         "equivalent",
         "MEASURED_HIGHER_IS_BETTER's `direction == \"higher\"` made `<=`: \"higher\" sorts first among the "
         "glossary's directions, so both select the same metrics (probes.py: least_direction)"),
-    "engine/observer.py:core/NumberReplacer:29": (
-        "equivalent",
-        "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "
-        "all of them one pid, so the Chrome trace shows the same rows (probes.py: trace_pid)"),
-    "engine/scheduler.py:core/ReplaceComparisonOperator_Eq_IsNot:1": (
-        "equivalent",
-        "_schedule_waiting's `asynchronous` flag only adds the placeholders of a request joining "
-        "from the queue, and such a request has none (probes.py: admitted_without_placeholders, "
-        "every admission of the -small workloads and tight-pool preemption runs, sync and async)"),
     "worker/connector.py:core/ReplaceComparisonOperator_Is_Eq:1": (
         "equivalent",
         "`kind is TransferKind.STORE` made `==`: a plain Enum compares by identity, and kind is a "
