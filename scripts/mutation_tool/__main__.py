@@ -62,8 +62,9 @@ def copy_tree(target: Path, only: str = "") -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        # results/ are outputs, except the gate's baseline and the release table README's is generated from
-        wanted = not name.startswith("results/") or name.startswith(("results/gate/", "results/releases/"))
+        # results/ travel too: the gate's baseline, and the files the main suite's tests read (README's
+        # tables, asv and run results); this tool's own results do not
+        wanted = not name.startswith("results/mutation/")
         if source.is_file() and wanted and name.startswith(only):
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
@@ -344,7 +345,7 @@ def importers(module: str) -> list[str]:
     pattern = re.compile(rf"{re.escape(dotted)}\b|from {re.escape(parent)} import [^\n]*\b{name}\b")
     files = sorted((TREE / "tests").rglob("test_*.py"), key=lambda path: (path.stat().st_size, path))
     return [str(path.relative_to(TREE)) for path in files if pattern.search(path.read_text(errors="replace"))
-            and not str(path.relative_to(TREE)).startswith(MAIN_SUITE_IGNORES + TESTS_OF[module] + ("tests/vllm",))]
+            and not str(path.relative_to(TREE)).startswith(MAIN_SUITE_IGNORES + TESTS_OF.get(module, ()) + ("tests/vllm",))]
 
 
 def failing_unmutated(command: list[str]) -> list[str]:
@@ -393,6 +394,14 @@ def _stage(args) -> int:
         meta["new_failing_unmutated"] = sorted(broken)
         (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
         print(f"new tests failing unmutated (their mutants are not run): {sorted(broken)}", flush=True)
+    if args.stage == "main":  # the suite must collect on the unmutated snapshot, or every "kill" is its error
+        command = stage_command("main", {"module": ""})
+        collected = subprocess.run(["nice", "-n", "10", PYTHON, "-m", "pytest", "--collect-only", "-q",
+                                    *command[command.index("--") + 1:]], cwd=TREE, env=env(), capture_output=True,
+                                   text=True)
+        if collected.returncode != 0:
+            print(f"error: the main suite does not collect unmutated:\n{collected.stdout[-2000:]}", file=sys.stderr)
+            return 1
     for row in survivors_after(args.stage):
         if args.stage == "new" and (key(row) in FATES or key(row) not in NEW_TESTS
                                     or broken & set(NEW_TESTS[key(row)])):
