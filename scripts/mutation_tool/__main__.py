@@ -274,6 +274,15 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def snapshot_tests() -> None:
+    """The snapshot's tests/ exactly as its commit had them: what the rest of CI (main, gate, vLLM)
+    ran then. The branch's newer test files may test code newer than the snapshot and fail on it."""
+    commit = json.loads((WORK / "meta.json").read_text())["commit"]
+    shutil.rmtree(TREE / "tests", ignore_errors=True)
+    archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
+
+
 def refresh_tests() -> list[str]:
     """The snapshot's tests/: those of the snapshot's commit, with this branch's own test changes
     on top (the files its own commits touched since then, merges left out: what main moved since
@@ -379,7 +388,9 @@ def cmd_stage(args) -> int:
 
 
 def _stage(args) -> int:
-    if args.refresh_tests:  # new tests written for the survivors join the snapshot's
+    if args.stage != "new":
+        snapshot_tests()  # the rest of CI as it was at the snapshot (the new stage adds this branch's tests)
+    elif args.refresh_tests:  # new tests written for the survivors join the snapshot's
         meta = json.loads((WORK / "meta.json").read_text())
         meta["overlay"] = refresh_tests()
         (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -469,10 +480,14 @@ def cmd_report(args) -> int:
                "score_without_new_tests": (killed - counts["new test"]) / scored if scored else None}
     out = ROOT / "results" / "mutation" / "tool"
     out.mkdir(parents=True, exist_ok=True)
+    extra = len(rows) - meta["sampled"]  # run from a larger sample before it was cut to this one
+    beyond = f", and {extra} more of a larger one, run before it was cut" if extra > 0 else ""
     lines = ["# Mutation run by a tool (cosmic-ray)", "",
              f"Commit {meta['commit'][:12]}: cosmic-ray generated {meta['generated']} mutants at {meta['sites']} "
              f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
-             f"a deterministic sample of {meta['sampled']} ran ({len(pending)} not yet run). "
+             f"a deterministic sample of {meta['sampled']} (the first of one order, docs/mutation.md)"
+             f"{beyond}: "
+             f"{len(rows)} run, {len(pending)} not yet run. "
              "Regenerate with the commands in docs/mutation.md.", "",
              f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
              f"Failing on the unmutated snapshot, so deselected from every run: "
