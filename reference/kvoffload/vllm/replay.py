@@ -240,9 +240,13 @@ class VllmSchedulerReplay:
         worker.wait_for_save()
         _copy_hook(worker)()
         _, recving = worker.get_finished(scheduler_output.finished_req_ids)
+        # Failed loads' blocks travel with the pass that reports the load, as vLLM's runner
+        # carries them (kv_connector_model_runner_mixin.py): its scheduler recomputes them or
+        # fails the request (kv_load_failure_policy), so their garbage is never read.
+        invalid = worker.get_block_ids_with_load_errors()
         for req_id in sorted(recving or ()):
-            self._check_load(step, req_id)
-        kv_output = KVConnectorOutput(finished_recving=recving or None,
+            self._check_load(step, req_id, invalid)
+        kv_output = KVConnectorOutput(finished_recving=recving or None, invalid_block_ids=invalid,
                                       kv_connector_worker_meta=worker.build_connector_worker_meta())
         worker.clear_connector_metadata()
         req_ids = list(scheduler_output.num_scheduled_tokens)
@@ -280,14 +284,18 @@ class VllmSchedulerReplay:
         self._spec_steps[req_id] += 1
         return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - in_flight - 1))
 
-    def _check_load(self, step: int, req_id: str) -> None:
-        """The load landed: every slot it wrote must hold the fingerprint of its true prefix."""
+    def _check_load(self, step: int, req_id: str, invalid: set[int]) -> None:
+        """The load landed: every slot it wrote must hold the fingerprint of its true prefix,
+        unless the worker reported its blocks failed (vLLM does not count them computed)."""
         claim = self.ledger.pending_loads.pop(req_id, None)
         if claim is None:
             return
         start, end = claim
-        self.checked_load_tokens += end - start
+        bs = self.engine.block_size
         table = self.scheduler.kv_cache_manager.get_block_ids(req_id)[0]
+        if invalid.intersection(table[start // bs:-(-end // bs)]):
+            return
+        self.checked_load_tokens += end - start
         held = read_positions(self.cells, table, start, end, self.engine.block_size)
         bad = (held != self._sequences[req_id].fingerprints[start:end]).any(axis=0)
         if bad.any():
