@@ -1,10 +1,11 @@
 """benchmarks/record on a small repository of its own, with asv played by a script ($ASV).
 
-The story: main has six commits, the first before the suite existed, one whose package yields no
-value at all. A catch-up cut to two commits records the newest and the oldest (coarse to fine) and
-commits each one's results alone; a later call finds the commit cut short last time, records it
-again, lists the broken commit as skipped, and commits that too. Nothing outside results/asv/ is
-ever committed, whatever else the tree holds.
+The story: main has six commits, the first before the suite existed, two that leave the package as
+their first parent had it, one whose package yields no value at all. A catch-up cut to two commits
+records the newest and the oldest of those that changed the package (coarse to fine) and commits
+each one's results alone; a later call finds the commit cut short last time, records it again,
+then the commits with their parent's package, lists the broken one as skipped, and commits that
+too. Nothing outside results/asv/ is ever committed, whatever else the tree holds.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ def repo(tmp_path):
     (root / "benchmarks" / "bench_workloads.py").write_text("")
     for subject in ("c2 suite", "c3 broken package", "c4", "c5", "c6 tip"):
         (root / "README").write_text(subject + "\n")
+        if subject[:2] in ("c2", "c4", "c6"):  # these change the package; c3 and c5 only the README
+            (root / "reference" / "kvoffload" / "code.py").write_text(f"# {subject}\n")
         git(root, "add", "-A")
         git(root, "commit", "-qm", subject)
     git(root, "switch", "-qc", "work")  # results are committed on a branch, as a runner's are before a merge
@@ -100,8 +103,9 @@ def test_a_catch_up_commits_each_recorded_commit_alone_coarse_to_fine_and_resume
     first = record(repo, "--limit", "2", "--commit")
     assert first.returncode == 0, first.stderr
     assert ("6 commit(s) asked; 1 before the suite existed, 0 already recorded, 0 listed in "
-            f"results/asv/{MACHINE}/skipped.txt; 2 to record (of 5 missing)") in first.stdout
-    # coarse to fine: the newest first, then every 16th from the oldest
+            f"results/asv/{MACHINE}/skipped.txt; 2 to record (of 5 missing, 2 of them with their first "
+            "parent's package: recorded last)") in first.stdout
+    # coarse to fine among the commits that changed the package: the newest, then every 16th from the oldest
     recorded = [line.strip()[:8] for line in (repo / "asv-calls.log").read_text().splitlines()]
     assert recorded == [short(repo, "c6"), short(repo, "c2")]
     results_commits = git(repo, "rev-list", f"{tip}..HEAD").split()
@@ -120,7 +124,9 @@ def test_a_catch_up_commits_each_recorded_commit_alone_coarse_to_fine_and_resume
     second = record(repo, "--commit")
     assert second.returncode == 0, second.stderr
     assert f"{c4} was cut short last time; recording it again" in second.stdout
-    assert "3 to record (of 3 missing)" in second.stdout
+    assert "3 to record (of 3 missing, 2 of them" in second.stdout
+    calls = [line.strip()[:8] for line in (repo / "asv-calls.log").read_text().splitlines()]
+    assert calls[2:] == [c4, short(repo, "c5"), short(repo, "c3")]  # the package's change first
     assert json.loads(partial.read_text())["results"]  # recorded again, whole
     broken = short(repo, "c3 broken")
     assert (repo / "results" / "asv" / MACHINE / "skipped.txt").read_text().startswith(f"{broken} no benchmark")
@@ -132,7 +138,7 @@ def test_a_catch_up_commits_each_recorded_commit_alone_coarse_to_fine_and_resume
     assert git(repo, "status", "--porcelain", "--", "results").strip() == ""  # nothing left uncommitted
 
     third = record(repo, "--commit")  # caught up: nothing to record, nothing committed
-    assert "0 to record (of 0 missing)" in third.stdout and f"passed over: {broken}" in third.stdout
+    assert "0 to record (of 0 missing, 0 of them" in third.stdout and f"passed over: {broken}" in third.stdout
     assert git(repo, "rev-parse", "HEAD") == git(repo, "rev-parse", later[0])
 
 
