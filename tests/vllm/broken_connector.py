@@ -1,6 +1,8 @@
 """A deliberately broken connector for the oracle test: the reference connector with the
 finished-request watermark fix (vLLM PR #54288) switched off in code, loaded by module path."""
 
+import dataclasses
+
 from kvoffload.vllm.connector import KVOffloadConnector
 
 
@@ -25,3 +27,37 @@ class FenceRemovedConnector(KVOffloadConnector):
     def register_kv_caches(self, kv_caches) -> None:
         super().register_kv_caches(kv_caches)
         self.worker.handler.wait = lambda job_ids: None
+
+
+class ResetKeepsTierConnector(KVOffloadConnector):
+    """vLLM #57727 planted: reset_cache says success and the tier keeps every chunk."""
+
+    def reset_cache(self) -> bool:
+        return True
+
+
+class NeverDefersConnector(KVOffloadConnector):
+    """A lookup that meets chunks still being stored answers "no hit" at once instead of "not
+    yet": the request recomputes what the tier was about to hold (vLLM #49829), and a hit rate
+    that counts the answer is not the one a deferring connector reports (vLLM #28585)."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        hits, is_async = super().get_num_new_matched_tokens(request, num_computed_tokens)
+        return (0, False) if hits is None else (hits, is_async)
+
+
+class NeverServesConnector(KVOffloadConnector):
+    """Stores that never become hits (vLLM #41704 / #53498): every lookup answers no hit."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        return 0, False
+
+
+class FailedStoreVisibleConnector(KVOffloadConnector):
+    """A failed store reported as a success (LMCache #4991): its keys become loadable."""
+
+    def update_connector_output(self, connector_output) -> None:
+        meta = connector_output.kv_connector_worker_meta
+        if meta is not None:
+            meta.results = [dataclasses.replace(result, success=True) for result in meta.results]
+        super().update_connector_output(connector_output)

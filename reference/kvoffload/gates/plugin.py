@@ -1,5 +1,6 @@
-"""The gates' pytest plugin: ``--kv-connector`` names the connector under test, ``--kv-preset``
-a vLLM release the reference imitates (reference only)."""
+"""The gates' pytest plugin: ``--kv-connector`` names the connector under test; ``--kv-preset``
+(a vLLM release the reference imitates) and ``--kv-disable`` (fix flags switched off) plant a
+catalogued bug in the reference, to watch its gate fail."""
 
 from __future__ import annotations
 
@@ -13,23 +14,30 @@ def pytest_addoption(parser) -> None:
     group.addoption("--kv-connector", default="reference",
                     help="connector under test: stock (vLLM's OffloadingConnector), reference, or MODULE:CLASS")
     group.addoption("--kv-preset", default=None, help="with --kv-connector reference: a vLLM release's preset")
+    group.addoption("--kv-disable", default="",
+                    help="with --kv-connector reference: fix flags to switch off, comma-separated (kvoffload fixes)")
 
 
 @dataclass(frozen=True)
 class GateConnector:
     source: str
     preset: str | None
+    disabled: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        return f"{self.source} {self.preset}" if self.preset else self.source
+        return " ".join([self.source, *([self.preset] if self.preset else []), *(f"-{d}" for d in self.disabled)])
 
 
 @pytest.fixture(scope="session")
 def kv_connector(request) -> GateConnector:
     pytest.importorskip("vllm", reason="the gates run in vLLM's scheduler: install the vllm extra")
+    from kvoffload.core.fixes import Fixes
     from kvoffload.vllm.build import ConnectorLoad
 
-    source, preset = request.config.getoption("--kv-connector"), request.config.getoption("--kv-preset")
-    ConnectorLoad(source, preset)  # a bad name or combination is a ConfigError before any gate runs
-    return GateConnector(source, preset)
+    option = request.config.getoption
+    source, preset = option("--kv-connector"), option("--kv-preset")
+    disabled = tuple(name for name in option("--kv-disable").split(",") if name)
+    Fixes().without(*disabled)  # an unknown fix name is a ConfigError before any gate runs
+    ConnectorLoad(source, preset, disabled)  # so is a bad connector name or combination
+    return GateConnector(source, preset, disabled)

@@ -1,5 +1,6 @@
 """What every vLLM gate story needs: tokens, a tiny engine config, a bounded replay through
-vLLM's scheduler with the connector under test, and the GPU cache forgetting its free blocks.
+vLLM's scheduler with the connector under test, and the hooks a story may need (the GPU cache
+forgetting its free blocks, a reset between two steps, copies that fail).
 
 Block size 4 and one block per chunk unless a story says otherwise, so positions 0-3 are chunk
 0, 4-7 chunk 1, and so on (the stories of tests/gates, told to vLLM's scheduler).
@@ -7,6 +8,9 @@ Block size 4 and one block per chunk unless a story says otherwise, so positions
 
 from __future__ import annotations
 
+import pytest
+
+from kvoffload.core.types import TransferKind
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.requests import RequestSpec
 
@@ -24,22 +28,31 @@ def follow_up(parent: RequestSpec, req_id: str = "C", new: int = 4, think_steps:
                        tokens(78, 2), parent=parent.req_id, think_steps=think_steps, **kwargs)
 
 
-def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache_before: tuple[int, ...] = ()):
+def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache_before: tuple[int, ...] = (),
+           reset_cache_before: tuple[int, ...] = (), prepare=None):
     """The record and the replay of ``requests`` through vLLM's scheduler with the connector
     under test. ``forget_gpu_cache_before=(n,)``: vLLM's GPU prefix cache loses every free block
-    before step n (memory pressure from elsewhere), so only the connector can serve them."""
+    before step n (memory pressure from elsewhere), so only the connector can serve them.
+    ``reset_cache_before=(n,)``: ``reset_prefix_cache(reset_connector=True)`` between steps n-1
+    and n, as the simulator's ``reset_cache_at`` (vLLM's API call between two engine steps).
+    ``prepare(built)`` runs before the first step (failure injection, tier hooks)."""
     from kvoffload.vllm.build import ConnectorLoad
     from kvoffload.vllm.replay import VllmSchedulerReplay
 
     replays = []
 
     def on_step(next_step: int, finished: int) -> None:
+        scheduler = replays[0].scheduler
+        if next_step in reset_cache_before:
+            scheduler.reset_prefix_cache(reset_connector=True)
         if next_step in forget_gpu_cache_before:
-            forget_free_blocks(replays[0].scheduler.kv_cache_manager.block_pool)
+            forget_free_blocks(scheduler.kv_cache_manager.block_pool)
 
-    built = VllmSchedulerReplay(requests, config, ConnectorLoad(connector.source, connector.preset),
+    built = VllmSchedulerReplay(requests, config, ConnectorLoad(connector.source, connector.preset, connector.disabled),
                                 on_step=on_step, max_steps=MAX_STEPS)
     replays.append(built)
+    if prepare is not None:
+        prepare(built)
     return built.run(), built
 
 
@@ -50,11 +63,47 @@ def forget_free_blocks(pool) -> None:
             pool._maybe_evict_cached_block(block)
 
 
+LIFECYCLE = "needs the reference manager's lifecycle record (strict mode); this connector has none"
+
+
+def reference_core(built, needs: str = LIFECYCLE):
+    """The reference connector's scheduler core, or a skip saying what the story ``needs`` of it."""
+    core = getattr(built.scheduler.connector, "core", None)
+    if core is None:
+        pytest.skip(needs)
+    return core
+
+
+def fail_first(kind: TransferKind):
+    """``prepare`` for a replay whose first copy of ``kind`` fails (the destination scribbled,
+    reported ``success=False``). Needs the project's stepped handler: the reference's, or the
+    stock connector's torch-copy spec; but vLLM's CPU offloading worker asserts that every copy
+    succeeded (``offloading/worker.py``), so a failing copy is a crash by design there."""
+    def prepare(built) -> None:
+        from kvoffload.vllm.replay import _transfer_handler
+
+        if getattr(built.scheduler.connector, "core", None) is None:
+            pytest.skip("needs a tier whose copies can fail: vLLM's offloading worker asserts every copy succeeded")
+        handler = _transfer_handler(built.worker)
+        failed: list[int] = []
+
+        def fails(job) -> bool:
+            if not failed and job.kind is kind:
+                failed.append(job.job_id)
+            return job.job_id in failed and job.kind is kind
+
+        for part in handler.handlers:
+            part.fail_jobs(fails)
+    return prepare
+
+
 def poisoned(record) -> list[tuple[str, int, int]]:
     """(request, chunk, bad slots) of every load that failed the content oracle."""
     return [(p.req_id, p.chunk, p.bad_slots) for p in record.poisoned]
 
 
 def clean(record) -> bool:
-    """No crash, no poisoned load, nothing stuck or leaked."""
-    return (record.crash, record.poisoned, record.stuck_requests, tuple(record.leaked_requests)) == (None, [], (), ())
+    """No crash, no poisoned load, nothing stuck or leaked, no lifecycle violation (where the
+    connector records them)."""
+    return (record.crash, record.poisoned, record.stuck_requests, tuple(record.leaked_requests),
+            record.lifecycle_violations) == (None, [], (), (), 0)

@@ -1,0 +1,42 @@
+"""Each packaged vLLM gate whose bug no fix flag plants is proven here: a connector that ships the
+bug (``broken_connector.py``, loaded by module path as ``--kv-connector MODULE:CLASS`` would) makes
+the gate's story fail. (The gates a fix flag plants are proven by ``--kv-disable FLAG``:
+tests/gates/README.md, ``scripts/gates_table --matrix``.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+pytestmark = pytest.mark.vllm
+
+from kvoffload.gates import test_k01_k05_finish as finish  # noqa: E402
+from kvoffload.gates import test_k06_k20_lifecycle as lifecycle  # noqa: E402
+from kvoffload.gates import test_k21_k30_tier as tier  # noqa: E402
+from kvoffload.gates.plugin import GateConnector  # noqa: E402
+
+PLANTED = [
+    # (gate, its arguments, the connector that ships its bug)
+    (tier.TestK21ResetReallyClears().test_nothing_is_served_after_a_reset, {"reset": True},
+     "ResetKeepsTierConnector"),
+    (tier.TestK23PendingHitResolves().test_a_deferred_lookup_ends_in_a_load, {}, "NeverDefersConnector"),
+    (tier.TestK27HitRateCountsEachLookupOnce().test_deferred_lookups_are_not_counted, {}, "NeverDefersConnector"),
+    (tier.TestK23PendingHitResolves().test_a_deferred_lookup_on_a_failed_store_ends_in_a_miss, {},
+     "FailedStoreVisibleConnector"),
+    (tier.TestK28FailedStoreStaysInvisible().test_no_hit_from_a_failed_store, {"scheduling": "sync"},
+     "FailedStoreVisibleConnector"),
+    (finish.TestK05EveryStoredChunkIsServed().test_the_whole_prompt_comes_back, {"scheduling": "sync"},
+     "NeverServesConnector"),
+    (lifecycle.TestK09PreemptedStoresAreFlushed().test_preemption_waits_for_the_victims_stores,
+     {"scheduling": "sync"}, "FenceRemovedConnector"),
+]
+
+
+@pytest.mark.parametrize("gate, arguments, planted", PLANTED,
+                         ids=[f"{gate.__qualname__.split('.')[0]}-{planted}" for gate, _, planted in PLANTED])
+def test_the_gate_fails_against_the_connector_that_ships_its_bug(gate, arguments, planted, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    with pytest.raises(AssertionError):
+        gate(GateConnector(f"broken_connector:{planted}", None), **arguments)
