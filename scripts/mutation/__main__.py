@@ -45,7 +45,8 @@ def copy_tree(target: Path) -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        if source.is_file() and not name.startswith("results/"):
+        # results/ are outputs, except the release table README's table is generated from (test_facts)
+        if source.is_file() and (not name.startswith("results/") or name.startswith("results/releases/")):
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
 

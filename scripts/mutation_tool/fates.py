@@ -1,7 +1,14 @@
 """Survivors of the whole CI shown equivalent, each with its probe: the reason no input tells
 the mutant from the original, checked where a check is possible (``probes.py``). Keyed
-``module:operator:occurrence`` of the run's commit (results/mutation/tool/score.json). Survivors
-killed by a new test need no entry: the "new" stage records the test."""
+``module:operator:occurrence`` of the run's commit (results/mutation/tool/score.json).
+
+NEW_TESTS: the tests written for a survivor, each shown failing on it by the "new" stage (which
+plants the mutant and runs exactly these) and passing on the unmutated snapshot."""
+
+NEW_TESTS: dict[str, tuple[str, ...]] = {
+    "engine/cost.py:core/NumberReplacer:16": (
+        "tests/engine/test_cost.py::test_both_profiles_move_kv_over_the_same_50_gb_per_s_link",),
+}
 
 FATES: dict[str, tuple[str, str]] = {
     "core/manager.py:core/NumberReplacer:31": (
@@ -13,6 +20,12 @@ FATES: dict[str, tuple[str, str]] = {
         "the decode-step filter's last `and` made `or` lets through requests whose watermark is "
         "below their next chunk's end; _store_request returns for them without a change "
         "(probes.py: store_filter_or, every such call on the -small workloads and chunked prefills)"),
+    "engine/admission.py:core/NumberReplacer:15": (
+        "equivalent",
+        "_admit_new's `count = 0 if hits` made `-1 if hits`: with hits the count only enters "
+        "cdiv(num_local + hits + count, bs), equal for x and x - 1 when x is a positive multiple of bs, "
+        "and a whole-block GPU prefix plus a chunk-aligned hit is one (probes.py: aligned_hits, every "
+        "hit of the -small workloads sync and async and of two-block chunks)"),
     "engine/observer.py:core/NumberReplacer:29": (
         "equivalent",
         "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "

@@ -139,7 +139,55 @@ def enum_identity() -> None:
     assert TransferKind.__eq__ is object.__eq__ or TransferKind.__eq__.__qualname__.startswith("Enum")
 
 
-PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity]
+def aligned_hits() -> None:
+    """engine/admission.py _admit_new: ``count = 0 if hits else ...`` made ``-1 if hits``. The count
+    is returned only without hits; with hits it enters ``cdiv(num_local + hits + count, bs)``,
+    and ``cdiv(x - 1, bs) == cdiv(x, bs)`` for every positive multiple x of bs. x is one: the GPU
+    prefix is whole blocks and the connector's hit ends on a chunk boundary, a chunk being whole
+    blocks (core/scheduler.py ``_lookup``). Checked at every hit of the -small workloads, sync and
+    async, and of a run with two blocks per chunk and a GPU prefix ending mid-chunk."""
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.core.scheduler import ReferenceConnectorScheduler
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.engine import Engine
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.workloads import load_workload
+
+    matched = ReferenceConnectorScheduler.get_num_new_matched_tokens
+    hits_seen = mid_chunk = 0
+
+    def probed(self, req, num_local):
+        nonlocal hits_seen, mid_chunk
+        hits, is_async = matched(self, req, num_local)
+        if hits:
+            bs = self.config.block_size
+            assert num_local % bs == 0 and hits % bs == 0, (req.req_id, num_local, hits, bs)
+            hits_seen += 1
+            mid_chunk += num_local % self.config.tokens_per_chunk != 0
+        return hits, is_async
+
+    two_block_chunks = EngineConfig(gpu_blocks=12, cpu_chunks=64, block_size=4, blocks_per_chunk=2,
+                                    max_num_batched_tokens=16)
+    shared = tuple(range(100, 120))
+    repeats = [RequestSpec(f"r{i}", shared[:18 + i % 3] + (i,), (7, 8), arrival_step=6 * i) for i in range(8)]
+    ReferenceConnectorScheduler.get_num_new_matched_tokens = probed
+    try:
+        runs = [(load_workload(name).requests, load_workload(name).engine)
+                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
+        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
+                 for other in ("sync", "async") if other != config.scheduling]
+        runs += [(repeats, two_block_chunks.replace(scheduling=mode)) for mode in ("sync", "async")]
+        for requests, config in runs:
+            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
+            assert record.crash is None, record.crash
+    finally:
+        ReferenceConnectorScheduler.get_num_new_matched_tokens = matched
+    assert hits_seen > 0, "no connector hit: the probe did not reach the mutated line"
+    print(f"    {hits_seen} connector hits ({mid_chunk} after a GPU prefix ending mid-chunk), every one whole "
+          "blocks after a whole-block GPU prefix")
+
+
+PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits]
 
 if __name__ == "__main__":
     for probe in PROBES:
