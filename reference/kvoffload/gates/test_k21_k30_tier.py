@@ -9,7 +9,7 @@ import pytest
 from kvoffload.core.types import TransferKind
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.gates.catalogue import NO_GATE
-from kvoffload.gates.story import TINY, clean, fail_first, follow_up, poisoned, replay, tokens
+from kvoffload.gates.story import FAILING_COPIES, TINY, clean, fail_first, follow_up, poisoned, replay, tokens
 from kvoffload.metrics import compute_metrics
 
 
@@ -66,7 +66,8 @@ class TestK23PendingHitResolves:
 
     def test_a_deferred_lookup_on_a_failed_store_ends_in_a_miss(self, kv_connector):
         record, _ = replay(kv_connector, self.requests(), TINY.replace(store_completion_steps=6),
-                           forget_gpu_cache_before=(1, 2, 3), prepare=fail_first(TransferKind.STORE))
+                           forget_gpu_cache_before=(1, 2, 3), prepare=fail_first(TransferKind.STORE),
+                           reference_only=FAILING_COPIES)
         assert clean(record) and record.finished_requests == 2
         assert record.connector_hit_tokens_admitted == 0
 
@@ -122,7 +123,8 @@ class TestK28FailedStoreStaysInvisible:
     @pytest.mark.parametrize("scheduling", ["sync", "async"])
     def test_no_hit_from_a_failed_store(self, kv_connector, scheduling):
         record, _ = replay(kv_connector, a_and_its_next_turn(), TINY.replace(scheduling=scheduling),
-                           forget_gpu_cache_before=(2,), prepare=fail_first(TransferKind.STORE))
+                           forget_gpu_cache_before=(2,), prepare=fail_first(TransferKind.STORE),
+                           reference_only=FAILING_COPIES)
         assert poisoned(record) == []
         assert clean(record) and record.connector_hit_tokens_admitted == 0
 
