@@ -28,6 +28,11 @@ from kvoffload.core.types import (
     cdiv,
 )
 
+try:
+    from .samples import asv_samples
+except ImportError:  # run as a script (python benchmarks/bench_connector.py): no package around it
+    from samples import asv_samples
+
 BLOCK_SIZE = 16
 VOCAB = 32000
 
@@ -122,17 +127,6 @@ class DecodeBatch:
 def us_per_step(batch: DecodeBatch, steps: int) -> float:
     """Mean microseconds in build_connector_meta over ``steps`` decode steps."""
     return sum(batch.step()[1] for _ in range(steps)) * 1e6 / steps
-
-
-def asv_samples(values: list[float]) -> dict:
-    """Repeated measurements in the form asv's runner reads from a timing benchmark.
-
-    asv (``asv.runner._run_benchmark_single_param``) reads a result ``{"samples": [...], "number": n}``
-    as a timing benchmark's and keeps asv's own statistics of the samples: the median as the
-    value, and the quartiles, the 99 % interval and the count beside it (``stats_q_25`` ...
-    ``stats_repeat`` in the result file), which ``kvoffload report`` draws as the spread.
-    """
-    return {"samples": [float(v) for v in values], "number": 1}
 
 
 class BuildConnectorMeta:

@@ -1,11 +1,22 @@
 """Replay metrics per bundled workload x connector configuration, and workload generation time.
 
-One class per workload. Its ``setup_cache`` replays the workload once through every connector
-configuration (the reference with all fixes, then the vLLM presets) and returns the metrics;
-every ``track_`` method only reads that dict (scipy's ``BenchGlobal`` pattern: one replay,
-many tracked numbers). The ``track_`` methods are made from one table, ``TRACKS`` (glossary metric,
-track name, lower-is-better form, unit, version); ``NOT_TRACKED`` gives the reason for every
-glossary metric without a track.
+Two kinds of number, two kinds of class, one replay process (``replay_suite``, the
+``setup_cache`` every replay class shares):
+
+- ``Track<Workload>``: the deterministic metrics (counts, rates, delays, the modelled s/token) of
+  one replay of the full workload per connector configuration (the reference with all fixes, then
+  the vLLM presets). The same commit gives the same value on every replay and every machine, so
+  one evaluation is the whole truth (``tests/benchmarks/test_bench_workloads.py`` replays twice
+  and compares).
+- ``Measure<Workload>``: the measured metrics (``connector_us_per_step``,
+  ``sim_seconds_per_request``) of ``MEASURE_REPEAT`` replays of the workload's ``-small``
+  definition per connector, interleaved round by round, returned as samples: asv keeps their
+  median, quartiles and 99 % interval, and the history chart draws the spread.
+
+Every ``track_`` method only reads the cache (scipy's ``BenchGlobal`` pattern: one replay
+process, many tracked numbers). The methods are made from one table, ``TRACKS`` (glossary metric,
+track name, lower-is-better form, unit, version, measured or not); ``NOT_TRACKED`` gives the
+reason for every glossary metric without a track.
 
 asv reads every number as lower-is-better, so each metric is tracked in its lower-is-better form:
 a miss rate instead of a hit rate (``1 - last_block_hit_rate``), seconds per output token instead
@@ -13,10 +24,6 @@ of tokens per second, simulator seconds per request instead of requests per seco
 must stay zero (poisoned loads, lifecycle violations, leaks, crashes) are tracked as they are.
 A metric without a value (no eligible continuation: a workload that offloads prompts only has
 no last-block population) is recorded as NaN, which asv shows as n/a.
-
-Deterministic: every count, rate and delay (the same commit gives the same value on any
-machine; gate them with a factor near 1). Measured: ``connector_us_per_step`` and
-``sim_seconds_per_request`` (noisy; compare them on one machine only).
 """
 
 from __future__ import annotations
@@ -26,15 +33,22 @@ from pathlib import Path
 from typing import NamedTuple
 
 # The preset list is pure Python (no torch). The rest of kvoffload is imported inside the
-# functions that replay: asv starts a fresh process for every benchmark and parameter, and a
+# functions that replay: asv runs every benchmark and parameter in its own process, and a
 # track_ process only reads the cached metrics (no torch import).
 from kvoffload.core.fixes import PRESETS
+
+from .samples import asv_samples
 
 # The suite reads workload definitions from this checkout: asv may run the package from a wheel,
 # which does not carry the repository's workloads/ folder.
 WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 
 CONNECTORS = ["reference", *PRESETS]  # the reference, then every vLLM preset (core/fixes.py)
+WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")  # the tracked workloads, in full
+# Replays per connector of each -small workload for the measured tracks: five samples give
+# quartiles; the 75 replays of the -small workloads cost a fraction of the 15 full ones
+# (benchmarks/README.md, "History").
+MEASURE_REPEAT = 5
 
 # The store delays changed meaning in df49c27 (drafts no longer count as written KV; async
 # visibility is timed when the engine processes the completion): version 2. benchmarks/record
@@ -67,6 +81,7 @@ class Track(NamedTuple):
     unit: str
     doc: str = ""
     version: str = "1"
+    measured: bool = False  # a wall-time measurement: repeated samples (Measure*), else one replay (Track*)
 
 
 # Every glossary metric is tracked here or listed in NOT_TRACKED with its reason; the tests hold the
@@ -103,9 +118,11 @@ TRACKS: tuple[Track, ...] = (
     Track("tokens_per_s_modeled", "seconds_per_output_token_modeled", "1 / x", "s/token (modeled)",
           "1 / tokens_per_s_modeled (cost model, hardware profile of the workload)."),
     Track("connector_us_per_step", "connector_us_per_step", "as is", "µs/step",
-          "Wall time in connector calls per step, both sides (measured)."),
+          "Wall time in connector calls per step, both sides: median of the -small workload's replays.",
+          measured=True),
     Track("sim_requests_per_s", "sim_seconds_per_request", "1 / x", "s/request",
-          "Simulator wall time per replayed request, 1 / sim_requests_per_s (measured)."),
+          "Simulator wall time per replayed request, 1 / sim_requests_per_s: median of the -small "
+          "workload's replays.", measured=True),
     Track("preemptions", "preemptions", "as is", "preemptions", "Recompute preemptions."),
 )
 
@@ -159,16 +176,85 @@ def replay_connectors(workload_name: str, connectors: list[str]) -> dict[str, di
             for label in connectors}
 
 
-def _value(cache: dict, connector: str, name: str) -> float:
-    value = cache[connector][name]
-    return math.nan if value is None else float(value)  # NaN: asv records n/a
+def sample_connectors(workload_name: str, connectors: list[str], repeat: int) -> list[dict[str, dict]]:
+    """``repeat`` rounds, each one replay of the workload per connector: [{connector: tracked metrics}].
+
+    Round by round, not connector by connector: a burst of load from another process lands on
+    one round of every connector, and shows as spread, rather than on every sample of one.
+    """
+    from kvoffload.runner import replay_workload
+    from kvoffload.workloads import load_workload
+
+    workload = load_workload(workload_spec(workload_name))
+    return [{label: tracked_metrics(replay_workload(workload, connector_choice(label)).result["metrics"])
+             for label in connectors} for _ in range(repeat)]
+
+
+def replay_suite(tracked: dict[str, str], measured: dict[str, str], repeat: int) -> dict:
+    """Every replay the Track* and Measure* classes read, in one process.
+
+    ``tracked``: {workload kind: definition replayed once per connector}; ``measured``: {kind:
+    definition replayed ``repeat`` times per connector}. Returns ``{"tracks": {kind: {connector:
+    tracked metrics}}, "samples": {kind: {connector: {measured track: [samples]}}}, "errors":
+    {kind: reason}}``. The full replays run first, so the measured ones find the process warm
+    (imports done, code paths taken). A workload this commit's package cannot replay is one
+    error for that workload's tracks; the other workloads are still recorded.
+    """
+    found: dict = {"tracks": {}, "samples": {}, "errors": {}}
+    for kind, name in tracked.items():
+        try:
+            found["tracks"][kind] = replay_connectors(name, CONNECTORS)
+        except Exception as error:  # an old commit's package: asv shows the tracks as failed
+            found["errors"][f"Track {kind}"] = f"{name}: {type(error).__name__}: {error}"
+    measured_names = [track.name for track in TRACKS if track.measured]
+    for kind, name in measured.items():
+        try:
+            rounds = sample_connectors(name, CONNECTORS, repeat)
+        except Exception as error:
+            found["errors"][f"Measure {kind}"] = f"{name}: {type(error).__name__}: {error}"
+            continue
+        found["samples"][kind] = {label: {track: [tracked[label][track] for tracked in rounds]
+                                          for track in measured_names} for label in CONNECTORS}
+    return found
+
+
+def _replay_every_workload(self):
+    """The setup_cache of every replay class: asv keys a cache by the function's module and line,
+    so this one function is one cache, made once per commit in one process: the replay code is
+    imported and warmed once, and the measured replays follow the full ones in a warm process."""
+    return replay_suite({kind: kind for kind in WORKLOADS}, {kind: f"{kind}-small" for kind in WORKLOADS},
+                        MEASURE_REPEAT)
+
+
+def _checked(cache: dict, role: str, workload: str) -> None:
+    error = cache["errors"].get(f"{role} {workload}")
+    if error is not None:
+        raise RuntimeError(f"could not replay {error}")
 
 
 def _track_method(track: Track):
-    """The ``track_<name>`` method of one Track: it reads the cached replay, nothing else."""
+    """The ``track_<name>`` method of one deterministic Track: it reads the cached replay."""
     def method(self, cache, connector):
-        return _value(cache, connector, track.name)
+        _checked(cache, "Track", self.workload)
+        value = cache["tracks"][self.workload][connector][track.name]
+        return math.nan if value is None else float(value)  # NaN: asv records n/a
 
+    return _described(method, track)
+
+
+def _measure_method(track: Track):
+    """The ``track_<name>`` method of one measured Track: the cached samples, in asv's timing form."""
+    def method(self, cache, connector):
+        _checked(cache, "Measure", self.workload)
+        samples = [v for v in cache["samples"][self.workload][connector][track.name] if v is not None]
+        if not samples:
+            return math.nan
+        return asv_samples(samples)
+
+    return _described(method, track)
+
+
+def _described(method, track: Track):
     method.__name__ = method.__qualname__ = f"track_{track.name}"
     method.__doc__ = track.doc or f"{track.metric} ({track.form})"
     method.unit = track.unit
@@ -177,43 +263,60 @@ def _track_method(track: Track):
 
 
 class _ReplayTracks:
-    """The tracked metrics of one workload; subclasses name the workload and own ``setup_cache``.
+    """The deterministic tracks of one workload's full replay; subclasses name the workload.
 
-    Each subclass defines its own ``setup_cache``: asv keys the cache by the function's source
-    line, so an inherited one would be shared by every workload. The ``track_`` methods are made
-    from TRACKS, one per row, below the class.
+    The ``track_`` methods are made from TRACKS, one per deterministic row, below the class.
     """
 
     workload = ""
     params = [CONNECTORS]
     param_names = ["connector"]
-    timeout = 600  # setup_cache replays the workload len(CONNECTORS) times
+    # asv gives the shared setup_cache the largest timeout of its users: 15 full replays and 75
+    # small ones in one process (the full replays of 22ea7cf took 653 s on 2 cores at load 12-28)
+    timeout = 3600
+    setup_cache = _replay_every_workload
+
+
+class _MeasureTracks:
+    """The measured tracks of one workload (its -small definition), with repeated samples."""
+
+    workload = ""
+    params = [CONNECTORS]
+    param_names = ["connector"]
+    timeout = 3600
+    setup_cache = _replay_every_workload
 
 
 for _track in TRACKS:
-    setattr(_ReplayTracks, f"track_{_track.name}", _track_method(_track))
+    if _track.measured:
+        setattr(_MeasureTracks, f"track_{_track.name}", _measure_method(_track))
+    else:
+        setattr(_ReplayTracks, f"track_{_track.name}", _track_method(_track))
 del _track
 
 
 class TrackSharedPrefix(_ReplayTracks):
     workload = "shared-prefix"
 
-    def setup_cache(self):
-        return replay_connectors(self.workload, CONNECTORS)
-
 
 class TrackMultiTurn(_ReplayTracks):
     workload = "multi-turn"
-
-    def setup_cache(self):
-        return replay_connectors(self.workload, CONNECTORS)
 
 
 class TrackSpecDecode(_ReplayTracks):
     workload = "spec-decode"
 
-    def setup_cache(self):
-        return replay_connectors(self.workload, CONNECTORS)
+
+class MeasureSharedPrefix(_MeasureTracks):
+    workload = "shared-prefix"
+
+
+class MeasureMultiTurn(_MeasureTracks):
+    workload = "multi-turn"
+
+
+class MeasureSpecDecode(_MeasureTracks):
+    workload = "spec-decode"
 
 
 class GenerateWorkload:

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from kvoffload.core.fixes import fix_flags_markdown
 from kvoffload.metrics import glossary_markdown
-from kvoffload.releases import releases_markdown
+from kvoffload.releases import FULL_WORKLOADS, SMALL_WORKLOADS, releases_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 RELEASE_TABLE = README.parent / "results" / "releases" / "releases.json"  # kvoffload releases writes it
 TABLES = {"fix-flags": fix_flags_markdown, "metrics": glossary_markdown,
-          "releases": lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()))}
+          "releases": lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()), SMALL_WORKLOADS),
+          "releases-full": lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()), FULL_WORKLOADS)}
 
 
 def _pattern(name: str) -> re.Pattern[str]:

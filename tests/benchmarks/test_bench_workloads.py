@@ -1,7 +1,8 @@
-"""bench_workloads: each replay-track class runs once on the -small workload of its kind.
+"""bench_workloads: the replay classes run on the -small workload of their kind.
 
-The suite's classes replay the full workloads under asv; here the same code replays the -small
-definitions, and every tracked number is checked to be the lower-is-better form of a metric.
+The suite's Track classes replay the full workloads under asv (the Measure classes the -small
+ones, five times); here the same code replays the -small definitions (twice for the samples),
+and every tracked number is checked to be the lower-is-better form of a metric.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
 TRACK_CLASSES = ("TrackSharedPrefix", "TrackMultiTurn", "TrackSpecDecode")
+MEASURE_CLASSES = ("MeasureSharedPrefix", "MeasureMultiTurn", "MeasureSpecDecode")
+KINDS = ("shared-prefix", "multi-turn", "spec-decode")
+REPEAT = 2
 REPO = Path(__file__).resolve().parents[2]
 # No eligible continuation (prompt-only offload) or no store at all: a run may have no value.
 MAY_LACK_A_VALUE = {"track_last_block_miss_rate"} | {f"track_store_{kind}_delay_{p}"
@@ -31,14 +35,11 @@ def module(suite):
 
 
 @pytest.fixture(scope="module")
-def caches(module):
-    """{class name: setup_cache() of that class, replaying the -small workload}."""
-    found = {}
-    for name in TRACK_CLASSES:
-        bench = getattr(module, name)()
-        bench.workload += "-small"
-        found[name] = bench.setup_cache()
-    return found
+def cache(module):
+    """The shared setup_cache's replays on the -small workloads: once per connector for the
+    deterministic tracks, REPEAT rounds for the measured ones."""
+    small = {kind: f"{kind}-small" for kind in KINDS}
+    return module.replay_suite(small, small, REPEAT)
 
 
 def track_values(module, class_name, cache, methods_of):
@@ -48,32 +49,78 @@ def track_values(module, class_name, cache, methods_of):
             for connector in module.CONNECTORS for method in methods_of(cls)}
 
 
+def test_every_replay_class_shares_one_setup_cache(module):
+    """asv keys a cache by the setup_cache function's module and line: one function, one process
+    replays everything once per commit."""
+    from asv_runner.benchmarks._base import get_setup_cache_key
+
+    keys = {get_setup_cache_key(getattr(module, name).setup_cache) for name in TRACK_CLASSES + MEASURE_CLASSES}
+    assert len(keys) == 1 and None not in keys
+
+
 @pytest.mark.parametrize("class_name", TRACK_CLASSES)
-def test_every_track_runs_and_is_a_number_with_a_unit(module, caches, class_name, methods_of):
+def test_every_track_runs_and_is_a_number_with_a_unit(module, cache, class_name, methods_of):
     cls = getattr(module, class_name)
     methods = methods_of(cls)
     assert methods and all(m.startswith("track_") for m in methods)
     for method in methods:
         assert getattr(cls, method).unit, f"{class_name}.{method} has no unit"
-    cache = caches[class_name]
+    tracks = cache["tracks"][cls.workload]
     values = track_values(module, class_name, cache, methods_of)
     assert all(isinstance(v, float) for v in values.values())
     # NaN (asv's n/a) exactly where the run has no value, and only for metrics that may lack one
     nan = {(connector, method) for (connector, method), v in values.items() if math.isnan(v)}
-    missing = {(connector, "track_" + name) for connector, tracked in cache.items()
-               for name, v in tracked.items() if v is None}
+    missing = {(connector, "track_" + name) for connector, tracked in tracks.items()
+               for name, v in tracked.items() if v is None and f"track_{name}" in methods}
     assert nan == missing
     assert {method for _, method in nan} <= MAY_LACK_A_VALUE, nan
     for (connector, method), v in values.items():
         if not math.isnan(v):
-            assert v == pytest.approx(cache[connector][method[len("track_"):]]) and v >= 0, (connector, method)
+            assert v == pytest.approx(tracks[connector][method[len("track_"):]]) and v >= 0, (connector, method)
     assert pickle.loads(pickle.dumps(cache)) == cache  # asv pickles the cache between processes
 
 
+@pytest.mark.parametrize("class_name", MEASURE_CLASSES)
+def test_every_measured_track_returns_its_samples_in_asvs_timing_form(module, cache, class_name, methods_of):
+    """A measured track is REPEAT replays' values, which asv keeps with its statistics."""
+    cls = getattr(module, class_name)
+    assert methods_of(cls) == sorted(f"track_{t.name}" for t in module.TRACKS if t.measured)
+    samples = cache["samples"][cls.workload]
+    for connector in module.CONNECTORS:
+        for method in methods_of(cls):
+            result = getattr(cls(), method)(cache, connector)
+            assert result["number"] == 1 and len(result["samples"]) == REPEAT
+            assert result["samples"] == samples[connector][method[len("track_"):]]
+            assert all(v > 0 for v in result["samples"]), (connector, method)
+
+
+def test_the_deterministic_tracks_are_equal_on_every_replay(module, cache):
+    """One evaluation of a deterministic track is the whole truth: another replay of the same
+    workload and connector gives every deterministic track the same value, to the bit."""
+    deterministic = [t.name for t in module.TRACKS if not t.measured]
+    for kind in KINDS:
+        (again,) = module.sample_connectors(f"{kind}-small", module.CONNECTORS, 1)
+        for connector in module.CONNECTORS:
+            first = {name: cache["tracks"][kind][connector][name] for name in deterministic}
+            second = {name: again[connector][name] for name in deterministic}
+            assert repr(second) == repr(first), (kind, connector)  # repr: NaN and None compare too
+
+
+def test_a_workload_the_package_cannot_replay_fails_only_its_own_tracks(module):
+    """An old commit's package that cannot read one workload: that workload's tracks fail with the
+    reason (asv shows them as failed), the others are still recorded."""
+    found = module.replay_suite({"shared-prefix": "shared-prefix-small", "multi-turn": "no-such-workload"}, {}, 1)
+    assert set(found["tracks"]) == {"shared-prefix"}
+    assert "no-such-workload" in found["errors"]["Track multi-turn"]
+    assert module.TrackSharedPrefix().track_crashes(found, "reference") == 0.0
+    with pytest.raises(RuntimeError, match="could not replay no-such-workload"):
+        module.TrackMultiTurn().track_crashes(found, "reference")
+
+
 @pytest.mark.parametrize("class_name", TRACK_CLASSES)
-def test_the_reference_tracks_zero_harm(module, caches, class_name, methods_of):
+def test_the_reference_tracks_zero_harm(module, cache, class_name, methods_of):
     """Every track of a glossary metric that must stay zero is 0 for the reference."""
-    values = track_values(module, class_name, caches[class_name], methods_of)
+    values = track_values(module, class_name, cache, methods_of)
     # The real-model metrics (output_mismatches) exist only where a model ran, never in the simulator.
     must_be_zero = {metric.name for metric in GLOSSARY if metric.better == "zero"} - MODEL_METRICS
     zero_tracks = [f"track_{track.name}" for track in module.TRACKS if track.metric in must_be_zero]
@@ -107,13 +154,20 @@ def test_every_glossary_metric_is_tracked_or_excluded_with_a_reason(module, meth
     better = {metric.name: metric.better for metric in GLOSSARY}
     for track in module.TRACKS:
         assert (track.form == "as is") == (better[track.metric] != "higher"), track
-    # every row is a method of every workload class, with its unit and version, and nothing else is
-    for class_name in TRACK_CLASSES:
+    # every row is a method of every workload class of its kind (Track: deterministic, Measure:
+    # measured), with its unit and version, and nothing else is
+    for class_name in TRACK_CLASSES + MEASURE_CLASSES:
         cls = getattr(module, class_name)
-        assert methods_of(cls) == sorted(f"track_{track.name}" for track in module.TRACKS)
-        for track in module.TRACKS:
+        rows = [track for track in module.TRACKS if track.measured == (class_name in MEASURE_CLASSES)]
+        assert methods_of(cls) == sorted(f"track_{track.name}" for track in rows)
+        for track in rows:
             method = getattr(cls, f"track_{track.name}")
             assert (method.unit, method.version) == (track.unit, track.version)
+    # measured: exactly the tracked glossary metrics the glossary marks as measured
+    from kvoffload.metrics import MEASURED_MARK
+
+    measured = {metric.name for metric in GLOSSARY if metric.definition.startswith(MEASURED_MARK)}
+    assert {track.metric for track in module.TRACKS if track.measured} == measured & set(tracked)
 
 
 def test_recorded_tracks_keep_their_asv_name_version_and_unit(module):
@@ -123,14 +177,14 @@ def test_recorded_tracks_keep_their_asv_name_version_and_unit(module):
 
     recorded = json.loads((REPO / "results" / "asv" / "benchmarks.json").read_text())
     found = {}
-    for class_name in TRACK_CLASSES:
+    for class_name in TRACK_CLASSES + MEASURE_CLASSES:
         cls = getattr(module, class_name)
         for attr in dir(cls):
             benchmark = _get_benchmark(attr, module, cls, getattr(cls, attr))
             if benchmark is not None:
                 found[benchmark.name] = (benchmark.version, benchmark.unit)
     recorded_tracks = {name: (entry["version"], entry["unit"]) for name, entry in recorded.items()
-                       if name.startswith("bench_workloads.Track")}
+                       if name.startswith(("bench_workloads.Track", "bench_workloads.Measure"))}
     assert recorded_tracks, "no recorded track in results/asv/benchmarks.json"
     assert {name: found.get(name) for name in recorded_tracks} == recorded_tracks
 
@@ -141,9 +195,8 @@ def test_the_benchmarks_readme_names_every_track(module):
     assert [name for name in module.NOT_TRACKED if f"`{name}`" not in readme] == []
 
 
-def test_the_last_block_fix_shows_as_a_lower_miss_rate(module, caches):
+def test_the_last_block_fix_shows_as_a_lower_miss_rate(module, cache):
     """multi-turn-small: vLLM 0.25 lacks last_block_at_finish and misses last chunks the reference serves."""
-    cache = caches["TrackMultiTurn"]
     bench = module.TrackMultiTurn()
     reference = bench.track_last_block_miss_rate(cache, "reference")
     old = bench.track_last_block_miss_rate(cache, "vllm-0.25")
@@ -153,10 +206,10 @@ def test_the_last_block_fix_shows_as_a_lower_miss_rate(module, caches):
     assert old > reference
 
 
-def test_a_metric_without_a_value_is_nan_for_asv(module, caches):
+def test_a_metric_without_a_value_is_nan_for_asv(module, cache):
     """shared-prefix offloads prompts only: no continuation is eligible, asv shows n/a."""
     bench = module.TrackSharedPrefix()
-    assert math.isnan(bench.track_last_block_miss_rate(caches["TrackSharedPrefix"], "reference"))
+    assert math.isnan(bench.track_last_block_miss_rate(cache, "reference"))
 
 
 def test_workload_generation_generates_the_workload(module, methods_of):

@@ -341,11 +341,11 @@ CASES = [
          "--set cpu_chunks=1e999GiB: expected a size a float holds (at most 1e308 bytes), got 1e999 GiB"),
     Case("--set gpu_blocks of 5,000 digits", RUN + ("--workload", "multi-turn-small", "--set", f"gpu_blocks={HUGE}"),
          "gpu_blocks expects an integer of at most 4,300 digits, got 5,000 digits"),
-    Case("--set gpu_blocks=auto with a 2**26 + 1-token Mooncake request (the pool grew past 5 GiB)",
+    Case("--set gpu_blocks=auto with a 2**26-token Mooncake request (the pool grew past 5 GiB)",
          RUN + ("--workload", "mooncake:{tmp}/trace.jsonl", "--set", "gpu_blocks=auto"),
-         "trace.jsonl: line 2: expected prompt + output of at most 67,108,864 tokens (2**26, the longest request "
-         "gpu_blocks=auto sizes a pool for), got 67,108,864 + 1 tokens",
-         mooncake({"input_length": 2**26, "output_length": 1, "hash_ids": list(range(2**26 // 512))})),
+         "trace.jsonl: line 2: expected prompt + output of at most 67,108,848 tokens (a gpu_blocks=auto pool "
+         "holds at most 2**26 token slots, the null block and one step's drafts included), got 67,108,863 + 1 tokens",
+         mooncake({"input_length": 2**26 - 1, "output_length": 1, "hash_ids": list(range(2**26 // 512))})),
     # ---- issue 22: outputs refused only after the replay ----
     Case("--out under /proc", RUN[:2] + ("--workload", "multi-turn-small", "--out", "/proc/r.json"),
          "--out /proc/r.json: /proc is in /proc, the kernel's interface, not a place for files"),

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from kvoffload.cli import main
-from kvoffload.releases import SimulatorRow, compare, releases_markdown, venv_name
+from kvoffload.cli import releases as releases_cli
+from kvoffload.releases import (SimulatorRow, compare, needs_second_pass, preset_inside, releases_markdown,
+                                venv_name)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,11 +69,37 @@ def test_rows_agree_request_by_request_and_name_the_first_differences():
     assert crashed["agreeing"] == 3 and not crashed["agree"]
     assert crashed["zero_metrics"]["crashes"] == {"release": 1, "preset": 0}
 
+    # every request and total agrees, but a deterministic metric does not: named, and worth a second
+    # pass; the connector's µs per step (a timing) and a metric only one side has are no difference
+    metrics = {"poisoned_loads": 0, "crashes": 0, "offload_hit_rate": 0.305, "connector_us_per_step": 9.0,
+               "steps": 166}
+    hits = {"a": [16, 0], "b": [0, 32], "c": [8, 8]}
+    rate_only = compare(release_row(hits, metrics),
+                        SimulatorRow({**preset.metrics, "offload_hit_rate": 0.308, "connector_us_per_step": 2.0}, None,
+                                     preset.first_admission))
+    assert rate_only["agree"] and rate_only["differing_metrics"] == ["offload_hit_rate"]
+    assert needs_second_pass(rate_only) and needs_second_pass(differs) and not needs_second_pass(same)
+    # the second pass: the preset in the release's scheduler measured the same rate: "=" in the table
+    rate_only["preset_in_release_scheduler"] = preset_inside(
+        release_row(hits, metrics), {"metrics": {**metrics, "connector_us_per_step": 1.0}, "error": None,
+                                     "first_admission": hits})
+    # and one where its steps differ too
+    differs["preset_in_release_scheduler"] = preset_inside(
+        release_row({"a": [16, 0], "b": [0, 32], "c": [8, 0], "d": [0, 0]}, metrics),
+        {"metrics": {**metrics, "steps": 170}, "error": None, "first_admission": hits})
+
     # The README's table: "x (=)" where the release agrees with its preset, else "release / preset"
     lines = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26",
-                                             "rows": [differs, crashed]}]}).splitlines()
+                                             "rows": [differs, crashed, rate_only, same]}]}).splitlines()
     assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")
     assert lines[3].startswith("| 0.26.0 | vllm-0.26 | w | sync | 3/3 | 24 (=) | 40 (=) | 0 (=) | 1 / 0 |")
+    # the last column: the second pass (2 of 4 requests and the steps differ; never run; all equal; not needed)
+    assert [line.rsplit("|", 2)[1].strip() for line in lines[2:]] == ["2/4; steps differ", "not run", "= (all 3)", "-"]
+    assert "| 0.305 / 0.308 |" in lines[4]
+    # one table per workload size: the rows of the other workloads are left out
+    other = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26", "rows": [differs]}]},
+                              ("multi-turn",))
+    assert len(other.splitlines()) == 2
 
 
 def test_a_release_without_its_venv_is_one_line_naming_the_setup_command(capsys, tmp_path, monkeypatch):
@@ -93,18 +121,22 @@ def test_a_release_venv_runs_as_a_subprocess_and_its_rows_sit_beside_the_preset(
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "releases.json"
     earlier = {"release": "0.25.0", "preset": "vllm-0.25", "seconds": 7.0, "rows": []}
+    # 0.29.0's earlier run measured both schedulings of the workload; this run measures sync only
+    earlier_async = {"workload": "multi-turn-small", "scheduling": "async", "agree": True}
+    earlier_sync = {"workload": "multi-turn-small", "scheduling": "sync", "agree": True}
     out.write_text(json.dumps({"schema": "kvoffload-bench/releases/v1", "releases": [
-        earlier, {"release": "0.29.0", "preset": "vllm-0.29", "seconds": 1.0, "rows": []}]}))
+        earlier, {"release": "0.29.0", "preset": "vllm-0.29", "seconds": 1.0, "rows": [earlier_async, earlier_sync]}]}))
     code = main(["releases", "--release", "0.29.0", "--workload", "multi-turn-small", "--scheduling", "sync",
                  "--out", str(out)])
     stdout = capsys.readouterr().out
     assert code == 0, stdout
     table = json.loads(out.read_text())
     assert table["schema"] == "kvoffload-bench/releases/v1" and table["hash_seed"] == 0
-    kept, entry = table["releases"]  # 0.25.0 kept from the earlier run, 0.29.0 replaced
-    assert kept == earlier and entry["rows"]
+    kept, entry = table["releases"]  # 0.25.0 kept from the earlier run, 0.29.0's sync row replaced
+    assert kept == earlier
     assert (entry["release"], entry["preset"]) == ("0.29.0", "vllm-0.29")
-    (row,) = entry["rows"]
+    row, kept_row = entry["rows"]  # in the table's order: sync, then async
+    assert kept_row == earlier_async and row["scheduling"] == "sync" and row != earlier_sync
     assert row["agreeing"] == row["requests"] - 1 and not row["agree"]
     (difference,) = row["first_differences"]
     assert difference["release"][1] == difference["preset"][1] - 1
@@ -113,3 +145,27 @@ def test_a_release_venv_runs_as_a_subprocess_and_its_rows_sit_beside_the_preset(
     assert inside["agree"] and inside["agreeing"] == inside["requests"] == row["requests"]
     assert "the preset in vLLM 0.29.0's own scheduler" in stdout
     assert "vLLM 0.29.0 (stock connector) beside vllm-0.29" in stdout
+
+
+def test_a_run_of_some_rows_replaces_those_rows_and_keeps_the_others():
+    def row(workload, scheduling, tag):
+        return {"workload": workload, "scheduling": scheduling, "tag": tag}
+
+    earlier = [{"release": "0.25.0", "preset": "vllm-0.25", "seconds": 100.0,
+                "rows": [row("multi-turn-small", "sync", "old"), row("multi-turn", "sync", "old")]},
+               {"release": "0.30.0", "preset": "vllm-0.29", "seconds": 50.0,  # measured under another preset
+                "rows": [row("multi-turn", "async", "old")]},
+               {"release": "0.31.0", "preset": "reference", "seconds": 9.0, "rows": [row("multi-turn", "sync", "old")]}]
+    measured = [{"release": "0.30.0", "preset": "vllm-0.30", "seconds": 20.0, "rows": [row("multi-turn", "sync", "new")]},
+                {"release": "0.25.0", "preset": "vllm-0.25", "seconds": 30.0,
+                 "rows": [row("multi-turn", "sync", "new"), row("shared-prefix-small", "async", "new")]}]
+    table = releases_cli._merged(earlier, measured)
+    assert [entry["release"] for entry in table] == ["0.25.0", "0.30.0", "0.31.0"]
+    first, second, untouched = table
+    # 0.25.0: the small row kept, the full sync row replaced; rows in workload order; both runs' time
+    assert [(r["workload"], r["tag"]) for r in first["rows"]] == [
+        ("shared-prefix-small", "new"), ("multi-turn-small", "old"), ("multi-turn", "new")]
+    assert first["seconds"] == 130.0
+    # 0.30.0: the earlier rows came from another preset, so none of them stays
+    assert second["rows"] == [row("multi-turn", "sync", "new")] and second["seconds"] == 20.0
+    assert untouched == earlier[2]

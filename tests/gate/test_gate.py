@@ -276,3 +276,44 @@ def test_a_git_ref_reads_the_baseline_committed_there(tmp_path, capsys, monkeypa
     monkeypatch.setattr(gate, "collect", lambda repeats: {"deterministic": {"w/c/steps": 7.0}, "measured": {}})
     assert main(["gate", "--baseline", "HEAD"]) == 0
     assert "baseline: HEAD:results/gate/baseline.json" in capsys.readouterr().out
+
+
+def test_a_number_on_one_side_only_shows_n_a_for_the_other(capsys):
+    """The text table of a metric that appeared and one that disappeared: each number where it
+    exists, ``n/a`` where it does not, and no change computed across the gap."""
+    base = _baseline({"w/c/gone": 1.5})
+    rows = gate.compare(base, {"deterministic": {"w/c/added": 0.25}, "measured": {}}, "m1")
+    shown = {line.split()[1]: line.split()[2:5] for line in gate.format_table(rows).splitlines()
+             if line.startswith("w/c ")}
+    assert shown == {"added": ["n/a", "0.25", "-"], "gone": ["1.5", "n/a", "-"]}
+
+
+def test_the_machine_is_the_flag_then_the_environment_then_the_host_name(monkeypatch):
+    monkeypatch.setattr(gate.platform, "node", lambda: "host-7")
+    monkeypatch.delenv("KVOFFLOAD_MACHINE", raising=False)
+    assert gate.machine_name() == "host-7"
+    monkeypatch.setenv("KVOFFLOAD_MACHINE", "ci-box")
+    assert gate.machine_name() == "ci-box"
+    assert gate.machine_name("laptop") == "laptop"
+    monkeypatch.delenv("KVOFFLOAD_MACHINE")
+    monkeypatch.setattr(gate.platform, "node", lambda: "")  # a host without a name
+    assert gate.machine_name() == "unknown"
+
+
+def test_update_without_a_baseline_rewrites_the_trees_own_and_records_no_commit_outside_git(
+        tmp_path, monkeypatch):
+    """``kvoffload gate --update`` with no --baseline writes ``results/gate/baseline.json`` under
+    the tree's root. The baseline's commit is the tree's HEAD; outside a git checkout (git fails)
+    or where git is not installed (it cannot start), there is none, and the update still works."""
+    monkeypatch.setattr(gate, "collect", lambda repeats: {"deterministic": {"w/reference/steps": 7.0},
+                                                           "measured": {}})
+    (tmp_path / "results" / "gate").mkdir(parents=True)
+    said = []
+    assert gate.run_gate(baseline=None, update=True, strict=False, machine="m1", repeats=1, root=tmp_path,
+                         echo=said.append) == 0
+    document = json.loads((tmp_path / gate.BASELINE).read_text())
+    assert (document["commit"], document["deterministic"]) == (None, {"w/reference/steps": 7.0})
+    assert said[0].startswith(f"gate baseline written: {tmp_path / gate.BASELINE} (1 deterministic numbers")
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs-here"))
+    assert gate.git_commit(tmp_path) is None

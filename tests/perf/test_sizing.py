@@ -162,3 +162,49 @@ def test_a_trace_is_generated_with_the_auto_sized_pool_already_in_place(tmp_path
     monkeypatch.setattr(MooncakeTrace, "stream", spy)
     load_workload(f"mooncake:{trace}", {"gpu_blocks": "auto"})
     assert seen == [6264]
+
+
+def test_gpu_blocks_auto_grows_a_pool_to_at_most_2_26_token_slots_and_refuses_more_before_any_token(
+        tmp_path, monkeypatch):
+    """Issue 22: a request of exactly 2**26 tokens was sized a pool of 2**26 + 16 slots and the run
+    grew past 5 GiB. ``limits.MAX_TOKENS`` bounds the pool auto builds, null block included: the
+    longest request that fits such a pool is sized it, one token more is refused in one line,
+    both before any of the trace's tokens is built."""
+    from kvoffload.workloads.limits import MAX_TOKENS
+
+    pools = []
+
+    class Sized(Exception):
+        """The sizing is done; building 2**26 tokens is not this story's."""
+
+    def stop_before_building(self, ctx):
+        pools.append(ctx.engine.gpu_blocks)
+        raise Sized
+
+    monkeypatch.setattr(MooncakeTrace, "stream", stop_before_building)
+    monkeypatch.setattr(MooncakeTrace, "generate", stop_before_building)
+    # 16-token blocks: 2**22 blocks hold 2**26 slots, the null block's 16 are not the request's
+    fits = MAX_TOKENS - 16
+    with pytest.raises(Sized):
+        load_workload(f"mooncake:{write_trace(tmp_path / 'fits.jsonl', [(fits - 1, 1)])}", {"gpu_blocks": "auto"})
+    assert pools == [2**22]
+    exactly = write_trace(tmp_path / "exactly.jsonl", [(600, 10), (MAX_TOKENS - 1, 1)])
+    with pytest.raises(WorkloadError) as error:
+        load_workload(f"mooncake:{exactly}", {"gpu_blocks": "auto"})
+    assert str(error.value) == (
+        f"{exactly}: line 2: expected prompt + output of at most 67,108,848 tokens (a gpu_blocks=auto pool holds "
+        "at most 2**26 token slots, the null block and one step's drafts included), got 67,108,863 + 1 tokens")
+    assert pools == [2**22]
+
+
+def test_a_generated_workload_sized_by_auto_is_bounded_by_the_same_pool_while_it_generates(tmp_path):
+    """Without a cheap longest request (a TOML definition), each request is checked against the
+    largest pool auto may size before its tokens are generated: 2**26 tokens of answer alone are
+    refused, naming that pool's max_model_len."""
+    bundled = Path(__file__).resolve().parents[2] / "workloads" / "multi-turn-small.toml"
+    long_answer = tmp_path / "long-answer.toml"
+    long_answer.write_text(re.sub(r"(?m)^answer_len = .*$", "answer_len = 67108864", bundled.read_text()))
+    with pytest.raises(WorkloadError, match=r"request c0-t00: expected prompt \+ output within max_model_len "
+                                            r"67,108,848 \(\(gpu_blocks - 1\) x block_size - spec_tokens\), got "
+                                            r"[\d,]+ \+ 67,108,864 tokens$"):
+        load_workload(str(long_answer), {"gpu_blocks": "auto"})

@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
-from kvoffload.core.types import ConfigError  # noqa: E402
+from vllm.v1.request import RequestStatus  # noqa: E402
+
+from kvoffload.core.types import ConfigError, TransferKind  # noqa: E402
 from kvoffload.engine.config import EngineConfig  # noqa: E402
 from kvoffload.vllm import build  # noqa: E402
 from kvoffload.vllm.build import ConnectorLoad  # noqa: E402
@@ -109,3 +111,23 @@ def test_a_run_ends_only_after_the_last_background_store_is_reported(small_workl
     assert record.crash is None and not record.stuck_requests
     assert record.leaked_requests == ()
     assert replay.scheduler.connector.core.stats.store_jobs > 0
+
+
+def test_a_failed_load_is_reported_to_vllm_and_never_read_as_computed_kv(small_workload):
+    """Every load copies garbage (a failing copy scribbles its destination). The worker hands
+    the failed loads' blocks to vLLM (``get_block_ids_with_load_errors``, read right after the
+    pass that reports the load), and vLLM's scheduler fails those requests under its default
+    ``kv_load_failure_policy`` instead of treating the garbage as computed KV. Without the
+    method vLLM's base class says "no errors", and the replay's oracle finds the garbage."""
+    workload = small_workload("multi-turn-small")
+    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"))
+    for handler in replay.worker.worker.handler.handlers:
+        handler.fail_jobs(lambda job: job.kind is TransferKind.LOAD)
+    record = replay.run()
+    assert record.crash is None and not record.stuck_requests
+    assert replay.ledger.loaded_tokens > 0  # loads were admitted, and every one of them failed
+    assert replay.checked_load_tokens == 0
+    assert record.poisoned == []
+    loaded = {r for r, (_, hits) in replay.ledger.first_admission.items() if hits}
+    failed = {r for r, request in replay._requests.items() if request.status == RequestStatus.FINISHED_ERROR}
+    assert loaded and loaded <= failed

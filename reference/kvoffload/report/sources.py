@@ -102,21 +102,45 @@ def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
     return runs, ignored
 
 
+# What may differ between the runs of one workload's charts: the connector (``config.connector``:
+# what the charts compare, with the label) and the CPU tier's size (the capacity chart's x axis;
+# the ablation and delay charts take the runs of one size and print it in their footer). Any other
+# key of ``config`` is the engine or the configuration (a --set override, another seed or profile).
+MAY_DIFFER = ("connector", "cpu_chunks")
+_MISSING = object()  # a config key one run lacks: never equal to the other's value
+
+
 def check_one_axis(runs: list[RunFile]) -> None:
-    """Every chart of a workload puts its runs on one axis, so they must come from one commit:
-    a bar from an ad-hoc run beside a bench run of another commit (or of the same commit with
-    uncommitted changes, ``-dirty``) would compare two programs without saying so. Raises
-    ResultError naming two such files; the report draws nothing then."""
-    first_of: dict[tuple[str, str], RunFile] = {}
+    """Every chart of a workload puts its runs on one axis, so they must come from one commit, one
+    engine and one configuration: a bar from an ad-hoc run beside a bench run of another commit (or
+    of the same commit with uncommitted changes, ``-dirty``), of another engine (simulator,
+    vllm-scheduler, vllm) or with a --set override would compare two programs or two setups without
+    saying so. Raises ResultError naming two such files and what differs; the report draws nothing
+    then. Only the connector and ``cpu_chunks`` may differ (``MAY_DIFFER``)."""
+    first_of: dict[str, RunFile] = {}
     for run in runs:
-        commit = run.commit or "unknown"
-        first_of.setdefault((run.workload, commit), run)
-        other = next((seen for (workload, seen_commit), seen in first_of.items()
-                      if workload == run.workload and seen_commit != commit), None)
-        if other is not None:
-            raise ResultError(f"{other.path} (commit {other.commit or 'unknown'}) and {run.path} (commit {commit}) "
-                              f"are runs of {run.workload} from different commits: a chart cannot put them on one "
-                              f"axis; give --from a folder with one commit's runs")
+        first = first_of.setdefault(run.workload, run)
+        if (first.commit or "unknown") != (run.commit or "unknown"):
+            raise ResultError(f"{first.path} (commit {first.commit or 'unknown'}) and {run.path} (commit "
+                              f"{run.commit or 'unknown'}) are runs of {run.workload} from different commits: a "
+                              f"chart cannot put them on one axis; give --from a folder with one commit's runs")
+        engines = [str(r.config.get("engine", "simulator")) for r in (first, run)]
+        if engines[0] != engines[1]:
+            raise ResultError(f"{first.path} (engine {engines[0]}) and {run.path} (engine {engines[1]}) are runs "
+                              f"of {run.workload} on different engines: a chart cannot put them on one axis; give "
+                              f"--from a folder with one engine's runs")
+        differ = sorted(key for key in set(first.config) | set(run.config) if key not in (*MAY_DIFFER, "engine")
+                        and first.config.get(key, _MISSING) != run.config.get(key, _MISSING))
+        if differ:
+            shown = ", ".join(f"{key} {_shown(first.config, key)} vs {_shown(run.config, key)}" for key in differ[:3])
+            raise ResultError(f"{first.path} and {run.path} are runs of {run.workload} with different "
+                              f"configurations ({shown}): a chart cannot put them on one axis; give --from a "
+                              f"folder with one configuration's runs (only the connector and cpu_chunks may "
+                              f"differ)")
+
+
+def _shown(config: dict[str, Any], key: str) -> str:
+    return json.dumps(config[key])[:40] if key in config else "(absent)"
 
 
 def _distributions(raw: Any) -> dict[str, dict[int, int]]:

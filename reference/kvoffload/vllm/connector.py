@@ -233,6 +233,14 @@ class KVOffloadConnector(KVConnectorBase_V1):
         loaded = {self._load_owner.pop(r.job_id) for r in results if r.job_id in self._load_owner}
         return None, loaded or None
 
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        """GPU blocks of loads that failed, each reported once, in the pass whose
+        ``get_finished`` reports the load (vLLM calls this right after it,
+        ``kv_connector_model_runner_mixin.py``): the base class's contract
+        (``kv_connector/v1/base.py``). vLLM's scheduler then recomputes from the first of them
+        or fails the request (``kv_load_failure_policy``) instead of reading garbage."""
+        return set(self.worker.take_block_ids_with_load_errors())
+
     def build_connector_worker_meta(self) -> CompletedJobsMetadata | None:
         if not self._completed:
             return None

@@ -124,11 +124,11 @@ class VllmSchedulerReplay:
         idle = 0
         try:
             while (self._arrivals or self.scheduler.has_requests() or self._pending is not None
-                   or self._copies_unreported()):
+                   or wait_for_unreported_copies(self.worker)):
                 if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
                     self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
                     break
-                progressed = self._one_step() or self._copies_unreported()
+                progressed = self._one_step() or wait_for_unreported_copies(self.worker)
                 idle = 0 if progressed or self._arrivals else idle + 1
                 if self.on_step is not None:
                     self.on_step(self._step, len(self._finished))
@@ -139,19 +139,6 @@ class VllmSchedulerReplay:
             gc.unfreeze()
         self._finish_record(time.perf_counter() - started)
         return self.record
-
-    def _copies_unreported(self) -> bool:
-        """Copies submitted and not yet reported: wait until they are copied, so the next step
-        reports them. With a background handler a step can find nothing to do while a load or the
-        last request's final store is still copying; the run waits for the copy instead of
-        counting the step as idle (200 such steps pass in milliseconds, a copy may take longer)
-        or ending with the request still tracked. vLLM's engine would keep stepping, in real
-        time, until the copy lands; here the verdict never depends on a copy thread's timing."""
-        handler = _transfer_handler(self.worker)
-        if handler is None or not getattr(handler, "unreported_jobs", 0):
-            return False
-        handler.wait_all()
-        return True
 
     def _one_step(self) -> bool:
         step = self._step
@@ -240,9 +227,13 @@ class VllmSchedulerReplay:
         worker.wait_for_save()
         _copy_hook(worker)()
         _, recving = worker.get_finished(scheduler_output.finished_req_ids)
+        # Failed loads' blocks travel with the pass that reports the load, as vLLM's runner
+        # carries them (kv_connector_model_runner_mixin.py): its scheduler recomputes them or
+        # fails the request (kv_load_failure_policy), so their garbage is never read.
+        invalid = worker.get_block_ids_with_load_errors()
         for req_id in sorted(recving or ()):
-            self._check_load(step, req_id)
-        kv_output = KVConnectorOutput(finished_recving=recving or None,
+            self._check_load(step, req_id, invalid)
+        kv_output = KVConnectorOutput(finished_recving=recving or None, invalid_block_ids=invalid,
                                       kv_connector_worker_meta=worker.build_connector_worker_meta())
         worker.clear_connector_metadata()
         req_ids = list(scheduler_output.num_scheduled_tokens)
@@ -280,14 +271,18 @@ class VllmSchedulerReplay:
         self._spec_steps[req_id] += 1
         return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - in_flight - 1))
 
-    def _check_load(self, step: int, req_id: str) -> None:
-        """The load landed: every slot it wrote must hold the fingerprint of its true prefix."""
+    def _check_load(self, step: int, req_id: str, invalid: set[int]) -> None:
+        """The load landed: every slot it wrote must hold the fingerprint of its true prefix,
+        unless the worker reported its blocks failed (vLLM does not count them computed)."""
         claim = self.ledger.pending_loads.pop(req_id, None)
         if claim is None:
             return
         start, end = claim
-        self.checked_load_tokens += end - start
+        bs = self.engine.block_size
         table = self.scheduler.kv_cache_manager.get_block_ids(req_id)[0]
+        if invalid.intersection(table[start // bs:-(-end // bs)]):
+            return
+        self.checked_load_tokens += end - start
         held = read_positions(self.cells, table, start, end, self.engine.block_size)
         bad = (held != self._sequences[req_id].fingerprints[start:end]).any(axis=0)
         if bad.any():
@@ -364,6 +359,20 @@ def _copy_hook(worker):
         inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
         hook = getattr(inner, "copy_submitted", None)
     return hook or (lambda: None)
+
+
+def wait_for_unreported_copies(worker) -> bool:
+    """Copies submitted and not yet reported: wait until they are copied, so the next step
+    reports them (True), else False. With a background handler a step can find nothing to do
+    while a load or the last request's final store is still copying; a run waits for the copy
+    instead of counting the step as idle (200 such steps pass in milliseconds, a copy may take
+    longer) or ending with the request still tracked. vLLM's engine would keep stepping, in real
+    time, until the copy lands; here the verdict never depends on a copy thread's timing."""
+    handler = _transfer_handler(worker)
+    if handler is None or not getattr(handler, "unreported_jobs", 0):
+        return False
+    handler.wait_all()
+    return True
 
 
 def _transfer_handler(worker):

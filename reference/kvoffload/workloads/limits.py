@@ -11,8 +11,9 @@ well under a second with one line instead of overflowing, exhausting memory or n
   Lengths are checked against it before their tokens are generated.
 - ``MAX_TOKENS`` (2**26, 67M): the largest length a definition may name at all, six times the
   longest context of any released model (10M tokens); it bounds distribution parameters before
-  any engine setting is known, and a ``gpu_blocks=auto`` pool: a generated workload's and a
-  trace's longest request alike (``sizing.Sizing.resolve_gpu_blocks``). The token generator draws 2 bytes a
+  any engine setting is known, and the pool ``gpu_blocks=auto`` grows to: at most MAX_TOKENS
+  token slots, the null block and one step's drafts included, for a generated workload and a
+  trace alike (``sizing.largest_auto_pool``). The token generator draws 2 bytes a
   token and ``random.randbytes`` takes at most 2**31 bits at once, so 2**27 tokens is a hard wall.
 - ``MAX_REQUESTS`` (10**7) and ``MAX_WORKLOAD_TOKENS`` (2**30): the whole workload lives in
   memory with an 8-byte fingerprint per token (engine) and an 8-byte reference per token (the

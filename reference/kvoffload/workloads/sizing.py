@@ -54,13 +54,13 @@ class Sizing:
                            display: str) -> EngineConfig:
         """Before generation, from the longest request alone: ``auto`` sized, else checked."""
         if self.gpu_auto:
-            # The bound a definition's lengths have (limits.MAX_TOKENS) holds for a trace's too: the
-            # pool grows to fit the longest request, never to a size no definition could ask for.
-            if num_prompt + num_output > MAX_TOKENS:
-                raise WorkloadError(f"{display}: {what}: expected prompt + output of at most {MAX_TOKENS:,} tokens "
-                                    f"(2**26, the longest request gpu_blocks=auto sizes a pool for), got "
-                                    f"{num_prompt:,} + {num_output:,} tokens")
             needed = min_gpu_blocks(num_prompt + num_output, engine)
+            largest = largest_auto_pool(engine)
+            if needed > largest:
+                raise WorkloadError(f"{display}: {what}: expected prompt + output of at most "
+                                    f"{max_model_len(engine.replace(gpu_blocks=largest)):,} tokens (a gpu_blocks=auto "
+                                    f"pool holds at most 2**26 token slots, the null block and one step's drafts "
+                                    f"included), got {num_prompt:,} + {num_output:,} tokens")
             return engine.replace(gpu_blocks=max(engine.gpu_blocks, needed))
         check_fit(what, num_prompt, num_output, engine, display)
         return engine
@@ -111,10 +111,19 @@ def split_sizing(overrides: dict[str, str]) -> tuple[dict[str, str], Sizing]:
     return rest, Sizing(gpu_auto=gpu_auto, cpu_bytes=cpu_bytes, cpu_share=cpu_share)
 
 
+def largest_auto_pool(engine: EngineConfig) -> int:
+    """The most GPU blocks ``gpu_blocks=auto`` grows a pool to: ``limits.MAX_TOKENS`` token slots,
+    the null block and the drafts included (a configured pool that is larger is kept as it is).
+    The bound is on the pool, not on the request: a request of exactly MAX_TOKENS tokens needs
+    one block more than that, and is refused before any token is built."""
+    return max(engine.gpu_blocks, MAX_TOKENS // engine.block_size)
+
+
 def unbounded_lengths(engine: EngineConfig) -> EngineConfig:
-    """``engine`` with a pool that fits any length a definition may name (``limits.MAX_TOKENS``):
-    what generation is bounded by while ``gpu_blocks=auto`` waits for the requests to size it."""
-    return engine.replace(gpu_blocks=min_gpu_blocks(MAX_TOKENS, engine))
+    """``engine`` with the largest pool ``gpu_blocks=auto`` may size: what generation is bounded by
+    while auto waits for the requests to size it (each request is checked against its
+    max_model_len before its tokens are generated)."""
+    return engine.replace(gpu_blocks=largest_auto_pool(engine))
 
 
 def min_gpu_blocks(sequence_tokens: int, engine: EngineConfig) -> int:
