@@ -46,11 +46,21 @@ class TestK21ResetReallyClears:
 
 
 class TestK22FailedLoadIsRecomputed:
-    """vLLM #39732 / #52838 / #54733: a failed load must be recomputed, not crash or serve garbage."""
+    """vLLM #39732 / #52838 / #54733. C's load of chunks 0-1 fails (the handler scribbles the
+    destination blocks and reports success=False). The worker must pass that on
+    (``get_block_ids_with_load_errors``), so vLLM's scheduler never reads the garbage as computed
+    KV: under its default ``kv_load_failure_policy`` it fails C instead. No crash, nothing
+    poisoned, nothing left tracked, C ends with an error."""
 
-    def test_the_failed_tokens_are_computed_again(self, kv_connector):
-        pytest.skip("needs load errors reported to vLLM's scheduler (invalid_block_ids): vLLM's offloading "
-                    "worker asserts every copy succeeded and this replay does not pass them on")
+    @pytest.mark.parametrize("scheduling", ["sync", "async"])
+    def test_the_failed_tokens_are_never_served(self, kv_connector, scheduling):
+        record, built = replay(kv_connector, a_and_its_next_turn(), TINY.replace(scheduling=scheduling),
+                               forget_gpu_cache_before=(2,), prepare=fail_first(TransferKind.LOAD),
+                               reference_only=FAILING_COPIES)
+        assert record.connector_hit_tokens_admitted == 8  # the load was built, and failed
+        assert poisoned(record) == []
+        assert clean(record)
+        assert built._requests["C"].status.name == "FINISHED_ERROR"  # vLLM failed it: nothing read
 
 
 class TestK23PendingHitResolves:
