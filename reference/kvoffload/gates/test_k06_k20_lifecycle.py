@@ -79,7 +79,7 @@ class TestK09PreemptedStoresAreFlushed:
         b = RequestSpec("B", tokens(3, 16), tokens(4, 4))
         record, _ = replay(kv_connector, [a, b], TINY.replace(gpu_blocks=9, scheduling=scheduling,
                                                               store_completion_steps=2))
-        assert record.preemptions == 1
+        assert record.preemptions >= 1  # vLLM 0.25-0.29 preempt B twice here
         assert poisoned(record) == []
         assert clean(record)
 
@@ -139,5 +139,5 @@ class TestK20ResetForgetsRequestJobs:
         requests = [RequestSpec("R0", tokens(1, 16), tokens(2, 10)), RequestSpec("R1", tokens(3, 8), tokens(4, 10))]
         record, _ = replay(kv_connector, requests, TINY.replace(gpu_blocks=9, store_completion_steps=4),
                            reset_cache_before=(3,))
-        assert record.preemptions == 1
+        assert record.preemptions >= 1
         assert clean(record) and record.finished_requests == 2
