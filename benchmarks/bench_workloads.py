@@ -220,8 +220,8 @@ def replay_suite(tracked: dict[str, str], measured: dict[str, str], repeat: int)
 
 def _replay_every_workload(self):
     """The setup_cache of every replay class: asv keys a cache by the function's module and line,
-    so this one function is one cache, made once per commit in one process (one import of the
-    package and torch rather than one per class)."""
+    so this one function is one cache, made once per commit in one process: the replay code is
+    imported and warmed once, and the measured replays follow the full ones in a warm process."""
     return replay_suite({kind: kind for kind in WORKLOADS}, {kind: f"{kind}-small" for kind in WORKLOADS},
                         MEASURE_REPEAT)
 

@@ -54,7 +54,9 @@ GLOSSARY: tuple[Metric, ...] = (
     Metric("fence_violations", "zero", "GPU blocks written for another request while a store that reads "
            "them had not copied yet"),
     Metric("store_submit_delay_steps_p50", "lower", "steps from a chunk's KV being fully written to its "
-           "store's submission, median"),
+           "store's submission, median. A chunk the request did not write in the blocks it holds (a GPU "
+           "prefix-cache hit, or its own blocks handed back at a re-admission after preemption) counts "
+           "from the step that planned its store"),
     Metric("store_submit_delay_steps_p99", "lower", "the same, 99th percentile"),
     Metric("store_visible_delay_steps_p50", "lower", "steps from fully written to `complete_store` "
            "(loadable), median"),

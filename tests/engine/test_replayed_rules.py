@@ -12,6 +12,7 @@ import pytest
 
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.metrics import compute_metrics
+from readmitted import READMITTED, readmitted_requests
 from story import SCHEDULINGS, TINY, healthy, run, stored_chunks, tokens
 
 
@@ -81,3 +82,14 @@ def test_a_request_aborted_while_it_waits_after_preemption_stores_nothing_it_los
     record = run([a, b, c], TINY.replace(gpu_blocks=7, scheduling="async", reserve_full_isl=False))
     assert record.preemptions == 1 and healthy(record)
     assert stored_chunks(record, "B") == {0, 1}
+
+
+@pytest.mark.parametrize("story", READMITTED)
+def test_a_readmitted_request_counts_its_chunks_from_the_step_it_gets_them_back(story):
+    """The stories of readmitted.py: B's chunk 2 counts from its re-admission (1 step), not from
+    its write before the preemption (3 and 4 steps); tests/vllm/test_differential.py replays the
+    same through vLLM's scheduler."""
+    record = run(readmitted_requests(READMITTED[story]), READMITTED[story])
+    assert healthy(record) and record.preemptions == 1
+    # Chunks 0-1 of A and B (stored from the prefill), A's chunk 2, then B's chunk 2.
+    assert record.store_submit_delays == [1, 1, 1, 1, 2, 1]

@@ -51,6 +51,15 @@ def compare(name: str, scheduling: str, settings: dict[str, str], stock: bool = 
     return [spec.req_id for spec in workload.requests], sim_side, vllm_side, stock_admissions
 
 
+def store_delays(requests, engine, *, on_step=None) -> tuple[list[int], list[int]]:
+    """The store submission delays, in submission order, of ``requests`` through the simulator
+    and through vLLM's scheduler (the reference connector)."""
+    simulated = Engine(requests, engine, Fixes()).run()
+    real = VllmSchedulerReplay(requests, engine, ConnectorLoad("reference")).run()
+    assert simulated.crash is None and real.crash is None, (simulated.crash, real.crash)
+    return simulated.store_submit_delays, real.store_submit_delays
+
+
 def side(record, seen: CoreObservations, steps: dict, workload) -> Side:
     totals = (record.steps, record.gpu_hit_tokens, record.connector_hit_tokens_admitted, record.preemptions,
               sum(seen.chunks_stored.values()), sum(seen.chunks_loaded.values()), len(seen.flushed_jobs))

@@ -8,7 +8,8 @@ from kvoffload.cli.bench_model import model_bench_table, ratio_lines
 def rows():
     off = {"output_tokens_per_s": 50.0, "ttft_ms_p50": 200.0, "tpot_ms_p50": 40.0}
     stock = {"output_tokens_per_s": 100.0, "ttft_ms_p50": 100.0, "tpot_ms_p50": 30.0, "output_mismatches": 0}
-    reference = {"output_tokens_per_s": 125.0, "ttft_ms_p50": 50.0, "tpot_ms_p50": 20.0, "output_mismatches": 0}
+    reference = {"output_tokens_per_s": 125.0, "ttft_ms_p50": 50.0, "tpot_ms_p50": 20.0, "output_mismatches": 0,
+                 "store_submit_delay_steps_p50": 1, "store_submit_delay_steps_p99": 3}
     return [("w", "off", off, False), ("w", "vllm-stock", stock, False), ("w", "reference", reference, False)]
 
 
@@ -26,3 +27,16 @@ def test_the_mismatch_column_shows_identical_of_compared():
     assert "31/32" in reference_row
     stock_row = next(line for line in table.splitlines() if "vllm-stock" in line)
     assert "31/32" not in stock_row
+
+
+def test_the_store_submission_delays_have_their_columns_and_offload_off_has_none():
+    lines = model_bench_table(rows(), {}).splitlines()
+    reference_row = next(line for line in lines if line.startswith("w ") and "reference" in line)
+    off_row = next(line for line in lines if line.startswith("w ") and " off " in line)
+
+    def cell(row: str, header: str) -> str:  # right-aligned under its header
+        end = lines[0].index(header) + len(header)
+        return row[:end].split()[-1]
+
+    assert (cell(reference_row, "sub50"), cell(reference_row, "sub99")) == ("1", "3")
+    assert (cell(off_row, "sub50"), cell(off_row, "sub99")) == ("-", "-")

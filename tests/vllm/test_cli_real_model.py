@@ -16,6 +16,8 @@ from kvoffload.cli import main
     (["run", "--connector", "off"], "--connector off needs --engine vllm"),
     (["run", "--engine", "vllm-scheduler", "--connector", "off"], "--connector off needs --engine vllm"),
     (["bench", "--model", "m"], "--model needs --engine vllm"),
+    (["bench", "--workload", "multi-turn"], "--workload needs --engine vllm"),
+    (["bench", "--engine", "vllm", "--workload", "multi"], "invalid choice: 'multi'"),
 ])
 def test_real_model_flags_need_the_real_engine(argv, message, capsys, tmp_path):
     code = main(argv + ["--quiet"] + (["--out", str(tmp_path / "r.json")] if argv[0] == "run" else

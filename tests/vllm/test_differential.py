@@ -31,8 +31,10 @@ pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
 
 sys.path.insert(0, str(Path(__file__).parent))  # differential.py: the child interpreter imports it by name
+sys.path[1:1] = [str(Path(__file__).parents[1] / "engine"), str(Path(__file__).parents[1] / "gates")]  # readmitted.py
 
-from differential import compare  # noqa: E402
+from differential import compare, store_delays  # noqa: E402
+from readmitted import READMITTED, readmitted_requests  # noqa: E402
 
 from kvoffload.engine.set_order import HASH_SEED  # noqa: E402
 from kvoffload.metrics import MEASURED_METRICS  # noqa: E402
@@ -66,12 +68,6 @@ AGREEING_TODAY_FULL = {
 # The repro's connector-hit tokens, the same for the simulator, our connector and vLLM's (seed 0).
 FINISH_ORDER_REPRO = {("multi-turn-small cpu_chunks=32", "sync"): 640,
                       ("multi-turn-small cpu_chunks=32", "async"): 624}
-# Rows where every request agrees but the store-delay distributions do not (yet): measured on
-# 2026-12-01 when the delay check met the finish-order and reserve_full_isl rows; the cause (the
-# simulator's observer against the transfer handler's clock when the CPU tier is full or a prompt
-# is admitted on its first chunk's blocks) is not located. docs/fidelity.md lists them.
-DELAYS_NOT_YET_EQUAL = {("multi-turn-small cpu_chunks=32", "sync"), ("multi-turn-small cpu_chunks=32", "async"),
-                        ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "sync")}
 FULL = os.environ.get("KVOFFLOAD_DIFFERENTIAL_FULL") == "1"
 _table: list[str] = []
 ROWS = [pytest.param(name, scheduling, marks=() if (name, scheduling) in AGREEING_TODAY else pytest.mark.skipif(
@@ -87,9 +83,8 @@ def test_simulator_and_vllm_scheduler_agree_per_request(name, scheduling):
                                         repro is not None)
     assert sim.crash is None and real.crash is None
     # Store submission delays, measured at each engine's own point (observer / transfer handler):
-    # the same distribution, chunk for chunk, except on the rows in DELAYS_NOT_YET_EQUAL.
-    if (name, scheduling) not in DELAYS_NOT_YET_EQUAL:
-        assert sim.store_submit_delays == real.store_submit_delays
+    # the same distribution, chunk for chunk.
+    assert sim.store_submit_delays == real.store_submit_delays
 
     agreeing = sum(sim.per_request[r] == real.per_request[r] for r in ids)
     _table.append(table_row(name, scheduling, sim.totals, real.totals, agreeing, len(ids)))
@@ -109,6 +104,15 @@ def test_simulator_and_vllm_scheduler_agree_per_request(name, scheduling):
         assert sim.totals[2] == real.totals[2] == sum(hit for _, hit in stock.values()) == repro
         differ = [(r, sim.per_request[r][0], stock.get(r)) for r in ids if sim.per_request[r][0] != stock.get(r)]
         assert differ == [], f"vLLM's own connector admits differently: {differ[:3]}"
+
+
+@pytest.mark.parametrize("story", READMITTED)
+def test_a_readmitted_requests_chunks_count_from_the_same_step_on_vllms_scheduler(story):
+    """The smallest replay of the chunk that differed on the spec-decode-small gpu_blocks=24
+    reserve_full_isl=false sync row (tests/engine/readmitted.py): a request re-admitted after
+    preemption stores the chunk it filled last; both engines count it from the re-admission."""
+    simulated, real = call_pinned(store_delays, readmitted_requests(READMITTED[story]), READMITTED[story])
+    assert simulated == real
 
 
 def table_row(name, scheduling, simulator: tuple, vllm: tuple, agreeing: int, total: int) -> str:

@@ -56,6 +56,9 @@ def register(sub) -> None:
                             "output oracle (both need the vllm extra)")
     bench.add_argument("--model", action=Once, type=Path, metavar="PATH",
                        help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
+    bench.add_argument("--workload", action=Once, choices=BENCH_WORKLOADS, metavar="NAME",
+                       help="--engine vllm: this workload's -small version only (one of "
+                            f"{', '.join(BENCH_WORKLOADS)}; default all three)")
     bench.set_defaults(handler=_cmd_bench)
 
 
@@ -70,7 +73,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     suffix = "-small" if args.small or three_way else ""
     if args.model is not None and args.engine != VLLM:
         raise UsageError("--model needs --engine vllm")
-    workloads = [load_workload(name + suffix) for name in BENCH_WORKLOADS]
+    if args.workload is not None and args.engine != VLLM:
+        raise UsageError("--workload needs --engine vllm")
+    names = BENCH_WORKLOADS if args.workload is None else (args.workload,)
+    workloads = [load_workload(name + suffix) for name in names]
     if args.engine == VLLM:
         from kvoffload.cli.bench_model import cmd_model_bench
 

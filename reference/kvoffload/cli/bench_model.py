@@ -28,12 +28,15 @@ MODEL_CONNECTORS = (("off", ()), ("stock", ()), ("reference", ()), ("reference",
 COLUMNS = (("output_tokens_per_s", "out tok/s"), ("total_tokens_per_s", "tot tok/s"), ("ttft_ms_p50", "ttft50"),
            ("ttft_ms_p99", "ttft99"), ("tpot_ms_p50", "tpot50"), ("tpot_ms_p99", "tpot99"),
            ("prefill_tokens_computed", "prefill"), ("prefill_tokens_saved", "saved"),
-           ("offload_hit_rate", "offload"), ("gpu_hit_rate", "gpu"), ("output_mismatches", "mismatch"),
+           ("offload_hit_rate", "offload"), ("gpu_hit_rate", "gpu"), ("store_submit_delay_steps_p50", "sub50"),
+           ("store_submit_delay_steps_p99", "sub99"), ("output_mismatches", "mismatch"),
            ("wall_seconds", "wall s"), ("engine_start_seconds", "start s"), ("tokens_per_s_modeled", "tok/s(mod)"))
 
 
-def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None) -> tuple[list, dict]:
-    """Every workload through the simulator and the four real-model runs; rows and oracles."""
+def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, *, on_step=None) -> tuple[list, dict]:
+    """Every workload through the simulator and the four real-model runs; rows and oracles.
+    ``cmd_model_bench`` runs it whole under the pinned hash seed (``kvoffload.vllm.pinned``), so
+    every run shares one warmed process (``on_step``: that call's signature, unused)."""
     plan = []
     for workload in workloads:
         plan.append((workload, SIMULATOR, ConnectorChoice.build()))
@@ -81,6 +84,8 @@ def model_bench_table(rows, oracles: dict) -> str:
         previous = row[0]
         lines.append("  ".join(str(v).ljust(widths[i]) if i < 2 else str(v).rjust(widths[i]) for i, v in enumerate(row)))
     legend = ("ttft/tpot: ms, p50/p99 (measured); prefill/saved: prompt tokens computed / loaded by the connector; "
+              "sub50/sub99: store submission delay in engine steps, p50/p99 (what vLLM's scheduler and the "
+              "connector's transfer handler report); "
               "mismatch: requests identical to the offload-off run / compared (output oracle); "
               "tok/s(mod): the simulator's modelled figure")
     return "\n".join(lines + ["", legend])
@@ -106,7 +111,9 @@ def cmd_model_bench(args: argparse.Namespace, workloads, out_dir: Path) -> int:
     summary = out_dir / "bench-summary-engine-vllm.json"
     check_output_file("--out-dir", summary, create_parents=True)
     started = time.perf_counter()
-    rows, oracles = run_model_bench(workloads, out_dir, args.quiet, args.model)
+    from kvoffload.vllm.pinned import call_pinned  # no vLLM import: the child imports it
+
+    rows, oracles = call_pinned(run_model_bench, workloads, out_dir, args.quiet, args.model)
     elapsed = time.perf_counter() - started
     write_atomic(summary, {"schema": "kvoffload-bench/bench/v1", "seconds": round(elapsed, 1),
                            "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f,

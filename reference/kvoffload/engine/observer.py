@@ -43,8 +43,9 @@ class RunObserver:
         self.trace = trace
         self.step = 0  # the engine step in progress
         self.open_stores: dict[int, OpenStore] = {}  # store job id -> (built, completion unprocessed)
-        self._chunk_written_at: dict[tuple[str, int], int] = {}  # (request, chunk) -> step fully written
-        self._forget_after_plan: list[tuple[str, int]] = []  # finished: (request, chunks it may have)
+        # request -> chunk -> step fully written; per request, so a finish or a re-admission drops them at once
+        self._chunk_written_at: dict[str, dict[int, int]] = {}
+        self._forget_after_plan: list[str] = []  # finished requests
         self.watchdog = None  # the engine's ProgressWatchdog: told of every preemption
         self.final_chunks = None  # the engine's FinalChunkWatch: told of every finish and store
 
@@ -70,6 +71,11 @@ class RunObserver:
         record.admission_asked_tokens += live.req.num_tokens - num_local
         record.admission_hit_tokens += hits
         if live.admitted:
+            # A re-admission after preemption: the request's blocks are handed to it anew, its
+            # chunks recomputed by this step's forward or GPU prefix-cache hits. What it wrote
+            # before no longer counts; its stores count from their plan, as a block handed to
+            # a request counts on vLLM's scheduler (kvoffload.vllm.observe.StoreSubmitDelays).
+            self._chunk_written_at.pop(live.req_id, None)
             return
         live.admitted = True
         record.gpu_hit_tokens += num_local
@@ -105,7 +111,7 @@ class RunObserver:
         # Its chunks' write steps are read by its last store job, which the next plan builds at
         # the latest (the deferred final store, vLLM PR #48596): forgotten after that plan, so
         # this map follows live requests, not the trace.
-        self._forget_after_plan.append((live.req_id, live.req.num_tokens // self.tokens_per_chunk + 2))
+        self._forget_after_plan.append(live.req_id)
 
     # ---- the forward and the stores ---------------------------------------------------------
 
@@ -116,18 +122,19 @@ class RunObserver:
         for item in scheduled:
             start, end = item.start, item.start + item.num_tokens
             valid_end = start + 1 + item.accepted if item.num_tokens > 1 and not item.prefill else end
-            for chunk in range(cdiv(start + 1, tpc) - 1, valid_end // tpc):
-                written_at[(item.live.req_id, chunk)] = step
+            first = cdiv(start + 1, tpc) - 1
+            if first < valid_end // tpc:
+                chunks = written_at.setdefault(item.live.req_id, {})
+                for chunk in range(first, valid_end // tpc):
+                    chunks[chunk] = step
 
     def plan_built(self, plan: StepPlan, step: int) -> None:
         for job in plan.store_jobs:
-            self.open_stores[job.job_id] = OpenStore(job, [
-                self._chunk_written_at.get((job.req_id, chunk), step) for chunk in job.chunk_indices])
+            written = self._chunk_written_at.get(job.req_id, {})
+            self.open_stores[job.job_id] = OpenStore(job, [written.get(chunk, step) for chunk in job.chunk_indices])
         if self._forget_after_plan:
-            written_at = self._chunk_written_at
-            for req_id, num_chunks in self._forget_after_plan:
-                for chunk in range(num_chunks):
-                    written_at.pop((req_id, chunk), None)
+            for req_id in self._forget_after_plan:
+                self._chunk_written_at.pop(req_id, None)
             self._forget_after_plan = []
         if self.trace:
             for job in plan.load_jobs + plan.store_jobs:

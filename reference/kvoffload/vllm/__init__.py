@@ -8,6 +8,8 @@
 - ``observe``    timing and admission bookkeeping around the connector's scheduler calls
 - ``replay``     VllmSchedulerReplay: a workload through vLLM's Scheduler / AsyncScheduler
 - ``engine``     the ``vllm-scheduler`` engine as the runner sees it
+- ``llm_engine``  the ``vllm`` engine: a workload through vLLM's real engine and a real model
+  (``llm_start`` starts and stops that engine; ``scheduled_writes`` feeds its store delays)
 """
 
 import os

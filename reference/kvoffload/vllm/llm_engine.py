@@ -23,7 +23,6 @@ plus the follow-up's own new turn.
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from collections import defaultdict
@@ -31,26 +30,35 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from vllm import EngineArgs, LLMEngine, SamplingParams  # without the vllm extra: engines.py says what is missing
-from vllm.distributed.kv_transfer import get_kv_transfer_group, kv_transfer_state
+from vllm import SamplingParams  # without the vllm extra: engines.py says what is missing
+from vllm.distributed.kv_transfer import get_kv_transfer_group
 from vllm.inputs import TokensPrompt
-from vllm.platforms import current_platform
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for every engine
 from kvoffload.engine.record import RunRecord
-from kvoffload.vllm.build import HOST_PAGE, STOCK, ConnectorLoad
+from kvoffload.engine.set_order import HASH_SEED, process_hash_seed_is
 from kvoffload.vllm.geometry import ModelChoice, engine_geometry
-from kvoffload.vllm.observe import AdmissionLedger, timed_methods
+from kvoffload.vllm.llm_start import OFF, shut_down, start_engine, transfer_config
+from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.vllm.outputs import RequestOutcome, compare_outputs
-from kvoffload.vllm.replay import SCHEDULER_CALLS, WORKER_CALLS, _tracked_requests, _transfer_handler
-from kvoffload.vllm.weights import write_seeded_checkpoint
+from kvoffload.vllm.pinned import call_pinned
+from kvoffload.vllm.replay import (
+    SCHEDULER_CALLS,
+    STORE_SUBMIT_DELAYS,
+    WORKER_CALLS,
+    _tracked_requests,
+    _transfer_handler,
+    wait_for_unreported_copies,
+)
+from kvoffload.vllm.scheduled_writes import ScheduledWrites
 
-OFF = "off"  # no connector and no prefix caching: the oracle's second run
 # Glossary metrics this engine cannot observe (absent, not zero): the fingerprint oracle, fences
-# and store delays live in the simulated KV cache and engine; the cost model is the simulator's.
-UNMEASURED = ("poisoned_loads", "fence_violations", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99",
+# and store visibility live in the simulated KV cache and engine; the cost model is the
+# simulator's. Store submission delays are measured where the connector copies through the
+# project's transfer handler under sync scheduling (scheduled_writes.py).
+UNMEASURED = ("poisoned_loads", "fence_violations", *STORE_SUBMIT_DELAYS,
               "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
               "livelock", "invariant_violations", "sim_requests_per_s", "last_chunk_offloaded_rate")
 
@@ -66,57 +74,6 @@ class ModelRun:
     unmeasured: tuple[str, ...]
 
 
-def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, preset=None, disabled=()):
-    """vLLM's KVTransferConfig for a connector (None for ``off``), as ``build.ConnectorLoad``
-    writes it, with real copies and the stock spec's capacity sized for this model's blocks."""
-    if source == OFF:
-        return None
-    config = ConnectorLoad(source, preset, tuple(disabled)).transfer_config(engine, "auto")
-    if source == STOCK:
-        chunk = model.block_bytes(engine.block_size) * engine.blocks_per_chunk
-        config.kv_connector_extra_config["cpu_bytes_to_use"] = engine.cpu_chunks * (-(-chunk // HOST_PAGE) * HOST_PAGE)
-    return config
-
-
-def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_len: int, weights_dir: Path):
-    """vLLM's LLMEngine with the engine core in this process (the driver reads its scheduler).
-    The tiny model's seeded checkpoint is written to ``weights_dir`` first."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    # Our request ids are unique in a run: keep them, so the scheduler's requests carry them.
-    os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
-
-    speculative = None
-    if engine.spec_tokens:
-        # No draft model runs here: n-gram prompt lookup, vLLM's draft-free method (on the CPU
-        # too), proposes the k drafts.
-        speculative = {"method": "ngram", "num_speculative_tokens": engine.spec_tokens,
-                       "prompt_lookup_max": 4, "prompt_lookup_min": 1}
-    started = time.perf_counter()
-    path = write_seeded_checkpoint(model.path, model.weight_seed, weights_dir) if model.dummy else model.path
-    args = EngineArgs(
-        model=str(path), skip_tokenizer_init=True,
-        dtype=model.dtype, seed=engine.seed, block_size=engine.block_size, enforce_eager=True,
-        enable_prefix_caching=transfer is not None, kv_transfer_config=transfer, max_model_len=max_model_len,
-        num_gpu_blocks_override=engine.gpu_blocks, max_num_seqs=engine.max_num_seqs,
-        max_num_batched_tokens=engine.max_num_batched_tokens, enable_chunked_prefill=True,
-        speculative_config=speculative, async_scheduling=engine.scheduling == "async", disable_log_stats=False,
-        # The pool's exact size: vLLM's CPU worker would otherwise reserve a share of the machine's
-        # memory (gpu_memory_utilization of RAM) and warm the model up to measure it.
-        kv_cache_memory_bytes=model.block_bytes(engine.block_size) * (engine.gpu_blocks + 1))
-    llm = LLMEngine.from_engine_args(args)
-    _register_kernels_once()
-    return llm, time.perf_counter() - started
-
-
-def _register_kernels_once() -> None:
-    """vLLM's CPU platform rebinds Triton kernels to C++ fallbacks when a worker starts, by scanning
-    every loaded module (``register_triton_kernel_overrides``, vllm/platforms/cpu.py); in a second
-    engine of the same process the scan trips over objects the first left behind
-    (``_rebind_kernels``, vllm/triton_utils/dispatcher.py: AttributeError). The fallbacks stay
-    bound for the process, so later engines skip the registration."""
-    current_platform.register_triton_kernel_overrides = lambda: None
-
-
 def run_on_model(requests, workload_engine: EngineConfig, source: str, model: ModelChoice, *, preset=None,
                  disabled=(), on_step=None, max_steps: int | None = None) -> ModelRun:
     engine = engine_geometry(workload_engine)
@@ -130,17 +87,9 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
             record = replay.run()
             unmeasured = replay.unmeasured()
         finally:
-            _shut_down(llm)
+            shut_down(llm)
     record.engine_settings["model"] = model.label  # not the temporary folder of the seeded weights
     return ModelRun(record, replay.outcomes, engine, start_seconds, unmeasured)
-
-
-def _shut_down(llm) -> None:
-    try:
-        llm.engine_core.shutdown()
-    except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
-        pass
-    kv_transfer_state.ensure_kv_transfer_shutdown()  # the worker connector is a process global
 
 
 class _Replay:
@@ -172,6 +121,12 @@ class _Replay:
             timed_methods(self.worker, WORKER_CALLS, self._timings)
             self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.actual)
             self.ledger.attach(self.connector)  # outside the timing: its own cost is not the connector's
+        self.store_delays = None
+        handler = _transfer_handler(self.worker)
+        if handler is not None and not llm.vllm_config.scheduler_config.async_scheduling:
+            self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
+            self.store_delays.attach(handler)
+            ScheduledWrites(self.scheduler, self.store_delays)
 
     def run(self) -> RunRecord:
         started = time.perf_counter()
@@ -184,12 +139,7 @@ class _Replay:
                     break
                 self._one_step()
             self.record.wall_seconds = time.perf_counter() - started
-            # The connector's deferred work (the last finished request's state, stores in flight)
-            # ends within a few scheduler steps; vLLM keeps stepping while it has any.
-            for _ in range(STUCK_AFTER_STEPS):
-                if not self.scheduler.has_requests():
-                    break
-                self.llm.step()
+            self._drain()
         except (AssertionError, KeyError, ValueError, RuntimeError) as error:
             self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
             self.record.crash_step = self._step
@@ -199,6 +149,22 @@ class _Replay:
         self._finish_record()
         return self.record
 
+    def _drain(self) -> None:
+        """The connector's deferred work (the last finished request's state, stores in flight)
+        ends within a few scheduler steps; vLLM keeps stepping while it has any. Each step first
+        waits for the copies in flight, so it reports them: the run ends, and says what is still
+        tracked, by the steps the connector took, not by how fast a copy thread ran."""
+        for index in range(STUCK_AFTER_STEPS):
+            if not self.scheduler.has_requests():
+                break
+            wait_for_unreported_copies(self.worker)
+            self._engine_step(self._step + index)
+
+    def _engine_step(self, step: int):
+        if self.store_delays is not None:
+            self.store_delays.step = step
+        return self.llm.step()
+
     def _one_step(self) -> None:
         step = self._step
         self._admit(step)
@@ -206,10 +172,14 @@ class _Replay:
             if req_id not in self._finished:
                 self.llm.abort_request([req_id])
                 self._done(req_id, step, aborted=True)
-        outputs = self.llm.step()
+        outputs = self._engine_step(step)
         now = time.perf_counter()
+        # A step with nothing to show while copies are in flight (a request waiting for its load)
+        # waits for them instead of counting as quiet: STUCK_AFTER_STEPS empty steps pass in
+        # milliseconds, a copy may take longer (the vllm-scheduler replay's rule, replay.py).
         busy = self.llm.has_unfinished_requests()
-        self._quiet_steps = self._quiet_steps + 1 if busy and not outputs else 0
+        quiet = busy and not outputs and not wait_for_unreported_copies(self.worker)
+        self._quiet_steps = self._quiet_steps + 1 if quiet else 0
         for output in outputs:
             self._observe(output, now, step)
         if self.ledger is not None:
@@ -299,7 +269,9 @@ class _Replay:
             # vLLM's CPU platform turns async scheduling off (vllm/platforms/cpu.py)
             "async_scheduling": bool(config.scheduler_config.async_scheduling),
             "speculative": None if spec is None else f"{spec.method} k={spec.num_speculative_tokens}",
-            "arrivals": "engine iterations"}
+            "arrivals": "engine iterations",
+            # the engine process's string hashing (None: not the pinned seed; VllmEngine pins it)
+            "python_hash_seed": HASH_SEED if process_hash_seed_is(HASH_SEED) else None}
         record.prefill_tokens_saved = record.admission_hit_tokens
         record.connector_seconds = sum(self._timings.values())
         if self.connector is None:
@@ -324,7 +296,8 @@ class _Replay:
         extra = () if getattr(self.connector, "core", None) is not None else ("lifecycle_violations",)
         if _tracked_requests(self.connector) is None:
             extra += ("leaked_requests",)
-        return UNMEASURED + extra
+        measured = () if self.store_delays is None else STORE_SUBMIT_DELAYS
+        return tuple(name for name in UNMEASURED if name not in measured) + extra
 
 
 class _Finished:
@@ -337,6 +310,18 @@ class _Finished:
         self.status = SimpleNamespace(name="FINISHED_ABORTED" if aborted else "FINISHED_LENGTH_CAPPED")
 
 
+def replay_pinned(requests, engine: EngineConfig, load: tuple, model: ModelChoice, want_baseline: bool,
+                  max_steps: int | None, *, on_step=None) -> tuple[ModelRun, ModelRun | None]:
+    """One run with ``load`` (source, preset, disabled fixes), then, if wanted and the run did not
+    crash, the oracle's offload-off run; ``VllmEngine`` calls it under the pinned hash seed."""
+    source, preset, disabled = load
+    run = run_on_model(requests, engine, source, model, preset=preset, disabled=disabled, on_step=on_step,
+                       max_steps=max_steps)
+    if not want_baseline or run.record.crash is not None:
+        return run, None
+    return run, run_on_model(requests, engine, OFF, model, max_steps=max_steps)
+
+
 class VllmEngine:
     """``--engine vllm`` as ``kvoffload.engines`` sees it (registered there by import path).
 
@@ -344,9 +329,15 @@ class VllmEngine:
     same workload. ``baselines``: a dict shared by the replays of one command (``bench``): an
     ``off`` run stores its outcomes there under the workload, and a later run with a connector
     compares against them instead of starting another engine.
+
+    Every run is under ``PYTHONHASHSEED=HASH_SEED`` (``pinned.py``: in a child interpreter when this
+    one hashes otherwise), as the vllm-scheduler engine's, and the result's config records it:
+    vLLM hands the connector finished requests as a string set, whose order decides evictions
+    (docs/fidelity.md, "finish order"), so the same command gives the same hits and delays.
     """
 
     unmeasured = UNMEASURED
+    recorded = {"python_hash_seed": HASH_SEED}  # goes into the result's config
 
     def __init__(self, model: str | None = None, oracle: bool = True, baselines: dict | None = None) -> None:
         self.model = ModelChoice.named(model)
@@ -357,19 +348,20 @@ class VllmEngine:
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         if trace:
             raise ConfigError("--trace needs the simulator: the vllm engine does not record jobs")
-        run = run_on_model(workload.requests, workload.engine, choice.source, self.model, preset=choice.preset,
-                           disabled=choice.disabled, on_step=on_step, max_steps=max_steps)
+        key = (workload.name, workload.seed, str(workload.source))
+        want_baseline = choice.source != OFF and self.oracle and key not in self.baselines
+        run, baseline = call_pinned(replay_pinned, workload.requests, workload.engine,
+                                    (choice.source, choice.preset, choice.disabled), self.model, want_baseline,
+                                    max_steps, on_step=on_step)
         self.last_run = run
         self.unmeasured = run.unmeasured  # this instance serves one replay (engines.engine_named)
         run.record.engine_start_seconds = run.start_seconds
-        key = (workload.name, workload.seed, str(workload.source))
+        if baseline is not None:
+            self.baselines[key] = baseline
         if choice.source == OFF:
             self.baselines[key] = run
         elif self.oracle and run.record.crash is None:
-            baseline = self.baselines.get(key)
-            if baseline is None:
-                baseline = self.baselines[key] = run_on_model(workload.requests, workload.engine, OFF, self.model,
-                                                              max_steps=max_steps)
+            baseline = self.baselines[key]
             report = compare_outputs(run.outcomes, baseline.outcomes, tokens_per_chunk=run.engine.tokens_per_chunk,
                                      tolerance=self.model.logprob_tolerance)
             run.record.oracle = report.as_dict()

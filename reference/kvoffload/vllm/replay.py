@@ -124,11 +124,11 @@ class VllmSchedulerReplay:
         idle = 0
         try:
             while (self._arrivals or self.scheduler.has_requests() or self._pending is not None
-                   or self._copies_unreported()):
+                   or wait_for_unreported_copies(self.worker)):
                 if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
                     self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
                     break
-                progressed = self._one_step() or self._copies_unreported()
+                progressed = self._one_step() or wait_for_unreported_copies(self.worker)
                 idle = 0 if progressed or self._arrivals else idle + 1
                 if self.on_step is not None:
                     self.on_step(self._step, len(self._finished))
@@ -139,19 +139,6 @@ class VllmSchedulerReplay:
             gc.unfreeze()
         self._finish_record(time.perf_counter() - started)
         return self.record
-
-    def _copies_unreported(self) -> bool:
-        """Copies submitted and not yet reported: wait until they are copied, so the next step
-        reports them. With a background handler a step can find nothing to do while a load or the
-        last request's final store is still copying; the run waits for the copy instead of
-        counting the step as idle (200 such steps pass in milliseconds, a copy may take longer)
-        or ending with the request still tracked. vLLM's engine would keep stepping, in real
-        time, until the copy lands; here the verdict never depends on a copy thread's timing."""
-        handler = _transfer_handler(self.worker)
-        if handler is None or not getattr(handler, "unreported_jobs", 0):
-            return False
-        handler.wait_all()
-        return True
 
     def _one_step(self) -> bool:
         step = self._step
@@ -372,6 +359,20 @@ def _copy_hook(worker):
         inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
         hook = getattr(inner, "copy_submitted", None)
     return hook or (lambda: None)
+
+
+def wait_for_unreported_copies(worker) -> bool:
+    """Copies submitted and not yet reported: wait until they are copied, so the next step
+    reports them (True), else False. With a background handler a step can find nothing to do
+    while a load or the last request's final store is still copying; a run waits for the copy
+    instead of counting the step as idle (200 such steps pass in milliseconds, a copy may take
+    longer) or ending with the request still tracked. vLLM's engine would keep stepping, in real
+    time, until the copy lands; here the verdict never depends on a copy thread's timing."""
+    handler = _transfer_handler(worker)
+    if handler is None or not getattr(handler, "unreported_jobs", 0):
+        return False
+    handler.wait_all()
+    return True
 
 
 def _transfer_handler(worker):

@@ -1,0 +1,80 @@
+"""Starting and stopping vLLM's offline engine for ``--engine vllm`` (``llm_engine.py``): the
+connector's transfer config, ``LLMEngine`` with its core in this process, and its shutdown."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from vllm import EngineArgs, LLMEngine
+from vllm.distributed.kv_transfer import kv_transfer_state
+from vllm.platforms import current_platform
+
+from kvoffload.engine.config import EngineConfig
+from kvoffload.vllm.build import HOST_PAGE, STOCK, ConnectorLoad
+from kvoffload.vllm.geometry import ModelChoice
+from kvoffload.vllm.weights import write_seeded_checkpoint
+
+OFF = "off"  # no connector and no prefix caching: the oracle's second run
+
+
+def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, preset=None, disabled=()):
+    """vLLM's KVTransferConfig for a connector (None for ``off``), as ``build.ConnectorLoad``
+    writes it, with real copies and the stock spec's capacity sized for this model's blocks."""
+    if source == OFF:
+        return None
+    config = ConnectorLoad(source, preset, tuple(disabled)).transfer_config(engine, "auto")
+    if source == STOCK:
+        chunk = model.block_bytes(engine.block_size) * engine.blocks_per_chunk
+        config.kv_connector_extra_config["cpu_bytes_to_use"] = engine.cpu_chunks * (-(-chunk // HOST_PAGE) * HOST_PAGE)
+    return config
+
+
+def start_engine(engine: EngineConfig, model: ModelChoice, transfer, max_model_len: int, weights_dir: Path):
+    """vLLM's LLMEngine with the engine core in this process (the driver reads its scheduler).
+    The tiny model's seeded checkpoint is written to ``weights_dir`` first."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # Our request ids are unique in a run: keep them, so the scheduler's requests carry them.
+    os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+
+    speculative = None
+    if engine.spec_tokens:
+        # No draft model runs here: n-gram prompt lookup, vLLM's draft-free method (on the CPU
+        # too), proposes the k drafts.
+        speculative = {"method": "ngram", "num_speculative_tokens": engine.spec_tokens,
+                       "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+    started = time.perf_counter()
+    path = write_seeded_checkpoint(model.path, model.weight_seed, weights_dir) if model.dummy else model.path
+    args = EngineArgs(
+        model=str(path), skip_tokenizer_init=True,
+        dtype=model.dtype, seed=engine.seed, block_size=engine.block_size, enforce_eager=True,
+        enable_prefix_caching=transfer is not None, kv_transfer_config=transfer, max_model_len=max_model_len,
+        num_gpu_blocks_override=engine.gpu_blocks, max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens, enable_chunked_prefill=True,
+        speculative_config=speculative, async_scheduling=engine.scheduling == "async", disable_log_stats=False,
+        # The pool's exact size: vLLM's CPU worker would otherwise reserve a share of the machine's
+        # memory (gpu_memory_utilization of RAM) and warm the model up to measure it.
+        kv_cache_memory_bytes=model.block_bytes(engine.block_size) * (engine.gpu_blocks + 1))
+    llm = LLMEngine.from_engine_args(args)
+    _register_kernels_once()
+    return llm, time.perf_counter() - started
+
+
+def _register_kernels_once() -> None:
+    """vLLM's CPU platform rebinds Triton kernels to C++ fallbacks when a worker starts, by scanning
+    every loaded module (``register_triton_kernel_overrides``, vllm/platforms/cpu.py); in a second
+    engine of the same process the scan trips over objects the first left behind
+    (``_rebind_kernels``, vllm/triton_utils/dispatcher.py: AttributeError). The fallbacks stay
+    bound for the process, so later engines skip the registration."""
+    current_platform.register_triton_kernel_overrides = lambda: None
+
+
+def shut_down(llm) -> None:
+    try:
+        llm.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
+        pass
+    kv_transfer_state.ensure_kv_transfer_shutdown()  # the worker connector is a process global
+
+
