@@ -8,6 +8,26 @@ plants the mutant and runs exactly these) and passing on the unmutated snapshot.
 NEW_TESTS: dict[str, tuple[str, ...]] = {
     "engine/cost.py:core/NumberReplacer:16": (
         "tests/engine/test_cost.py::test_both_profiles_move_kv_over_the_same_50_gb_per_s_link",),
+    "engine/engine.py:core/ReplaceBinaryOperator_Add_BitXor:6": (
+        "tests/engine/test_spec_rules.py::TestABudgetBelowAPaddedStep::"
+        "test_the_setting_is_accepted_and_the_loaded_request_is_never_scheduled",),
+    "engine/engine.py:core/AddNot:32": (
+        "tests/engine/test_engine_replays.py::TestRobustness::"
+        "test_a_request_the_connector_never_releases_is_named_when_the_run_drains",),
+    "engine/record.py:core/NumberReplacer:36": (
+        "tests/metrics/test_metrics.py::test_a_fresh_record_has_counted_nothing",),
+    "engine/scheduler.py:core/ReplaceBinaryOperator_FloorDiv_BitAnd:0": (
+        "tests/engine/test_engine_replays.py::test_a_follow_up_finds_its_parents_decoded_blocks_in_the_gpu_prefix_cache",),
+    "engine/set_order.py:core/NumberReplacer:65": (
+        "tests/engine/test_set_order.py::test_the_model_iterates_as_a_real_set_started_with_that_seed",),
+    "engine/set_order.py:core/NumberReplacer:68": (
+        "tests/engine/test_set_order.py::test_the_model_iterates_as_a_real_set_started_with_that_seed",),
+    "engine/watchdog.py:core/ReplaceOrWithAnd:1": (
+        "tests/engine/test_watchdog.py::TestWatchdog::test_steady_progress_for_longer_than_the_window_is_no_livelock",),
+    "gate.py:core/ReplaceComparisonOperator_NotEq_Lt:0": (
+        "tests/gate/test_gate.py::test_a_baseline_of_another_schema_is_refused_even_when_its_body_reads_as_v1",),
+    "engine/final_chunks.py:core/NumberReplacer:4": (
+        "tests/metrics/test_metrics.py::test_a_chunk_whose_tier_slot_was_overwritten_no_longer_counts_as_held",),
 }
 
 FATES: dict[str, tuple[str, str]] = {
@@ -26,15 +46,32 @@ FATES: dict[str, tuple[str, str]] = {
         "cdiv(num_local + hits + count, bs), equal for x and x - 1 when x is a positive multiple of bs, "
         "and a whole-block GPU prefix plus a chunk-aligned hit is one (probes.py: aligned_hits, every "
         "hit of the -small workloads sync and async and of two-block chunks)"),
-    "engine/observer.py:core/NumberReplacer:29": (
+    "engine/live.py:core/ReplaceFalseWithTrue:0": (
         "equivalent",
-        "the trace events' pid 0 made 1: the observer is the only writer of trace events and gives "
-        "all of them one pid, so the Chrome trace shows the same rows (probes.py: trace_pid)"),
-    "engine/scheduler.py:core/ReplaceComparisonOperator_Eq_IsNot:1": (
+        "LiveRequest's `@dataclass(eq=False)` made `eq=True`: field equality is identity (each live "
+        "request owns the Request built for it, and Request compares by identity), and nothing hashes a "
+        "live request (probes.py: live_identity, every comparison of the -small workloads sync and async "
+        "and of a preempting tight pool, under the mutant's == and without a hash)"),
+    "engine/scheduler.py:core/ReplaceBinaryOperator_Sub_LShift:3": (
         "equivalent",
-        "_schedule_waiting's `asynchronous` flag only adds the placeholders of a request joining "
-        "from the queue, and such a request has none (probes.py: admitted_without_placeholders, "
-        "every admission of the -small workloads and tight-pool preemption runs, sync and async)"),
+        "the async cache_blocks guard's `num_computed - placeholders` made `<<`: with placeholders >= 0 "
+        "the mutant's guard holds wherever the original's does, and where only it holds commit_computed "
+        "commits nothing (it checks the same count itself) (probes.py: async_commit_guard, the mutated "
+        "method run on the -small workloads sync and async: the same metrics and traces)"),
+    "engine/set_order.py:core/NumberReplacer:95": (
+        "equivalent",
+        "the set model's growth rule `fill <= 50000` made `<= 49999`: they differ only for a resize at a "
+        "fill of exactly 50,000, and resizes happen at ceil(3 (2**k - 1) / 5) for power-of-two tables, "
+        "never 50,000 (probes.py: set_growth_threshold)"),
+    "engine/watchdog.py:core/ReplaceTrueWithFalse:0": (
+        "equivalent",
+        "Livelock's `frozen=True` made `frozen=False`: it holds a dict, so it hashes in neither, and nothing "
+        "assigns to one (built in one expression by the watchdog, only read by the engine) "
+        "(probes.py: livelock_read_only)"),
+    "gate.py:core/ReplaceComparisonOperator_Eq_LtE:0": (
+        "equivalent",
+        "MEASURED_HIGHER_IS_BETTER's `direction == \"higher\"` made `<=`: \"higher\" sorts first among the "
+        "glossary's directions, so both select the same metrics (probes.py: least_direction)"),
     "worker/connector.py:core/ReplaceComparisonOperator_Is_Eq:1": (
         "equivalent",
         "`kind is TransferKind.STORE` made `==`: a plain Enum compares by identity, and kind is a "

@@ -68,66 +68,6 @@ def store_filter_or() -> None:
     print(f"    {extra_calls} calls the mutant adds, none changed anything")
 
 
-def trace_pid() -> None:
-    """engine/observer.py plan_built: the trace events' ``"pid": 0`` made 1. Chrome's trace
-    format groups rows by (pid, tid); the observer is the only writer of trace events and gives
-    all of them one pid, so any constant draws the same rows: one process, one row per request."""
-    import re
-    from pathlib import Path
-
-    observer = Path(__file__).resolve().parents[2] / "reference" / "kvoffload" / "engine" / "observer.py"
-    writers = [path for path in (observer.parents[1]).rglob("*.py") if re.search(r'"pid":', path.read_text())]
-    assert writers == [observer], writers
-    assert observer.read_text().count('"pid":') == 1
-
-
-def admitted_without_placeholders() -> None:
-    """engine/scheduler.py _schedule_waiting: ``asynchronous = scheduling == "async"`` made
-    ``is not "async"``. The flag there only adds ``live.placeholders`` to the known tokens of a
-    request joining the step from the queue, and such a request has none: a new one never ran,
-    and a preempted one was no victim while it had output in flight (the async victim rule).
-    Checked at every admission of the -small workloads and of tight-pool preemption runs, sync
-    and async."""
-    from kvoffload.core.fixes import Fixes
-    from kvoffload.engine.admission import Admission
-    from kvoffload.engine.config import EngineConfig
-    from kvoffload.engine.engine import Engine
-    from kvoffload.engine.requests import RequestSpec
-    from kvoffload.workloads import load_workload
-
-    admit = Admission.admit
-    admissions = 0
-
-    def probed(self, budget, join_step):
-        def checked(live, count):
-            nonlocal admissions
-            assert live.placeholders == 0, (live.req_id, live.placeholders)
-            admissions += 1
-            join_step(live, count)
-        return admit(self, budget, checked)
-
-    tight = EngineConfig(gpu_blocks=9, cpu_chunks=64, block_size=4, max_num_batched_tokens=16, reserve_full_isl=False)
-    crowd = [RequestSpec(f"r{i}", tuple(range(3 + i, 15 + i)), tuple(range(40, 52)), arrival_step=i % 3)
-             for i in range(6)]
-    Admission.admit = probed
-    try:
-        runs = [(load_workload(name).requests, load_workload(name).engine)
-                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
-        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
-                 for other in ("sync", "async") if other != config.scheduling]
-        for scheduling in ("sync", "async"):
-            runs.append((crowd, tight.replace(scheduling=scheduling)))
-        preemptions = 0
-        for requests, config in runs:
-            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
-            assert record.crash is None, record.crash
-            preemptions += record.preemptions
-    finally:
-        Admission.admit = admit
-    assert preemptions > 0, "no preemption: the probe did not reach re-admissions"
-    print(f"    {admissions} admissions, {preemptions} preemptions: no placeholders at any")
-
-
 def enum_identity() -> None:
     """worker/connector.py: ``kind is TransferKind.STORE`` made ``==``. ``kind`` is a TransferKind
     or None; a plain Enum compares by identity, so both agree on every value it can hold."""
@@ -187,7 +127,167 @@ def aligned_hits() -> None:
           "blocks after a whole-block GPU prefix")
 
 
-PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits]
+def live_identity() -> None:
+    """engine/live.py: ``@dataclass(eq=False)`` made ``eq=True`` on LiveRequest. Field equality
+    then replaces identity, and the class loses its hash. Field equality is identity: each live
+    request owns the Request ``create`` built for it, and Request compares by identity. Nothing
+    hashes a live request. Both checked under the mutant's own semantics (field-wise ``==``,
+    ``__hash__ = None``) on every comparison of the -small workloads, sync and async, and of a
+    tight pool that preempts."""
+    import dataclasses
+
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.core.request import Request
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.engine import Engine
+    from kvoffload.engine.live import LiveRequest
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.workloads import load_workload
+
+    assert Request.__eq__ is object.__eq__
+    names = [f.name for f in dataclasses.fields(LiveRequest)]
+    comparisons = 0
+
+    def field_eq(self, other):
+        nonlocal comparisons
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        same = tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
+        assert same == (self is other), (self.req_id, other.req_id)
+        comparisons += 1
+        return same
+
+    tight = EngineConfig(gpu_blocks=9, cpu_chunks=64, block_size=4, max_num_batched_tokens=16, reserve_full_isl=False)
+    crowd = [RequestSpec(f"r{i}", tuple(range(3 + i, 15 + i)), tuple(range(40, 52)), arrival_step=i % 3)
+             for i in range(6)]
+    saved = LiveRequest.__eq__, LiveRequest.__hash__
+    LiveRequest.__eq__, LiveRequest.__hash__ = field_eq, None
+    try:
+        runs = [(load_workload(name).requests, load_workload(name).engine)
+                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
+        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
+                 for other in ("sync", "async") if other != config.scheduling]
+        runs += [(crowd, tight.replace(scheduling=mode)) for mode in ("sync", "async")]
+        for requests, config in runs:
+            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
+            assert record.crash is None, record.crash
+    finally:
+        LiveRequest.__eq__, LiveRequest.__hash__ = saved
+    assert comparisons > 0, "no live request was compared: the probe did not reach the queues"
+    print(f"    {comparisons} comparisons of live requests, each one identity; none hashed")
+
+
+def least_direction() -> None:
+    """gate.py MEASURED_HIGHER_IS_BETTER: ``direction == "higher"`` made ``<=``. The glossary's
+    directions are "higher", "lower", "zero" and "info" (metrics.Metric, held by test_facts), and
+    "higher" sorts first among them: ``d <= "higher"`` holds for "higher" alone."""
+    from kvoffload import gate
+    from kvoffload.metrics import GLOSSARY
+
+    directions = {metric.better for metric in GLOSSARY}
+    assert directions <= {"higher", "lower", "zero", "info"}, directions
+    assert all((d <= "higher") == (d == "higher") for d in directions)
+    mutated = frozenset(name for name, direction, _ in GLOSSARY if name in gate.MEASURED and direction <= "higher")
+    assert mutated == gate.MEASURED_HIGHER_IS_BETTER
+
+
+def _replays() -> list:
+    """(requests, engine config) of the -small workloads, each under both schedulings."""
+    from kvoffload.workloads import load_workload
+
+    runs = [(load_workload(name).requests, load_workload(name).engine)
+            for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
+    return [(requests, config.replace(scheduling=mode)) for requests, config in runs for mode in ("sync", "async")]
+
+
+def async_commit_guard() -> None:
+    """engine/scheduler.py update_from_output: the async cache_blocks guard
+    ``(num_computed - placeholders) // bs > num_committed_blocks`` with ``-`` made ``<<``. With
+    placeholders >= 0 the shifted value is never smaller, so the mutant's guard holds wherever
+    the original's does; where only the mutant's holds, ``commit_computed`` (which takes
+    ``num_computed - placeholders`` and checks the same count itself) commits nothing. Checked
+    by running the mutated method itself beside the original on the -small workloads, sync and
+    async: every record equal, metrics and trace; and placeholders never negative there."""
+    import inspect
+    import textwrap
+
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine import scheduler as module
+    from kvoffload.engine.engine import Engine
+    from kvoffload.metrics import MEASURED_METRICS, compute_metrics
+
+    original = module.SchedulerModel.update_from_output
+    source = textwrap.dedent(inspect.getsource(original))
+    guard = "(req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks"
+    assert source.count(guard) == 1
+    namespace = dict(vars(module))
+    exec(compile(source.replace(guard, guard.replace(" - ", " << ", 1)), module.__file__, "exec"), namespace)
+    mutated = namespace["update_from_output"]
+    negative = 0
+
+    def watched(self, output):
+        nonlocal negative
+        negative += sum(item.live.placeholders < 0 for item in output.scheduled)
+        return mutated(self, output)
+
+    def run(requests, config):
+        record = Engine(requests, config, Fixes(), max_steps=200_000, trace=True).run()
+        assert record.crash is None, record.crash
+        metrics = compute_metrics(record)
+        return {name: value for name, value in metrics.items() if name not in MEASURED_METRICS}, record.trace_events
+
+    runs = _replays()
+    before = [run(requests, config) for requests, config in runs]
+    module.SchedulerModel.update_from_output = watched
+    try:
+        after = [run(requests, config) for requests, config in runs]
+    finally:
+        module.SchedulerModel.update_from_output = original
+    assert before == after
+    assert negative == 0, negative
+    print(f"    {len(runs)} replays: the same metrics and traces with the mutated guard")
+
+
+def set_growth_threshold() -> None:
+    """engine/set_order.py set_iteration_order: the growth rule's ``fill <= 50000`` made ``<= 49999``
+    (CPython's ``set_add_entry``). The two differ only for a resize at a fill of exactly 50,000;
+    a resize happens at the first fill with ``fill * 5 >= mask * 3``, and every table is a power
+    of two (``_resized`` doubles from 8), so it happens at ceil(3 (2**k - 1) / 5), never 50,000."""
+    from kvoffload.engine import set_order
+
+    fills = {-(-3 * (2**k - 1) // 5) for k in range(3, 64)}
+    assert 50000 not in fills
+    assert {len(set_order._resized([None] * 8, used)) for used in range(0, 5000, 7)} <= {2**k for k in range(3, 16)}
+
+
+def livelock_read_only() -> None:
+    """engine/watchdog.py: ``@dataclass(frozen=True)`` made ``frozen=False`` on Livelock. Freezing
+    forbids assigning a field and derives a hash; a Livelock holds a dict, so hashing one fails
+    either way, and nothing assigns to one: the watchdog builds it in one expression and the
+    engine, the one place that receives it, only reads it (as_dict, describe, alive)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "reference" / "kvoffload"
+    builders = [path for path in package.rglob("*.py") if "Livelock(" in path.read_text()]
+    assert builders == [package / "engine" / "watchdog.py"], builders
+    engine = ast.parse((package / "engine" / "engine.py").read_text())
+    observed = [node for node in ast.walk(engine) if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call) and getattr(node.value.func, "attr", "") == "observe"]
+    assert [target.id for node in observed for target in node.targets] == ["verdict"]
+    assigned = [node for node in ast.walk(engine) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "verdict"]
+    assert assigned == []
+    watchdog = ast.parse((package / "engine" / "watchdog.py").read_text())
+    livelock = next(node for node in watchdog.body if isinstance(node, ast.ClassDef) and node.name == "Livelock")
+    assert not [node for node in ast.walk(livelock) if isinstance(node, (ast.Assign, ast.AugAssign))
+                and any(isinstance(t, ast.Attribute) for t in getattr(node, "targets", [getattr(node, "target", None)]))]
+
+
+PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
+          live_identity, least_direction, async_commit_guard,
+          set_growth_threshold, livelock_read_only]
 
 if __name__ == "__main__":
     for probe in PROBES:

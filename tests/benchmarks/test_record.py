@@ -53,7 +53,8 @@ def repo(tmp_path):
     checked out on a branch of its own."""
     root = tmp_path / "repo"
     (root / "benchmarks").mkdir(parents=True)
-    shutil.copy(REPO / "benchmarks" / "record", root / "benchmarks" / "record")
+    for script in ("record", "first-parent-line"):
+        shutil.copy(REPO / "benchmarks" / script, root / "benchmarks" / script)
     (root / "scripts").mkdir()
     (root / "scripts" / "asv_machine.py").write_text("")  # the real one writes ~/.asv-machine.json
     (root / "reference" / "kvoffload" / "report").mkdir(parents=True)
@@ -99,6 +100,11 @@ def test_a_catch_up_commits_each_recorded_commit_alone_coarse_to_fine_and_resume
     (repo / "README").write_text("an edit nobody committed\n")
     (repo / "notes.txt").write_text("untracked\n")
     tip = git(repo, "rev-parse", "main").strip()
+    # the real model's result of c4 (benchmarks/record-real-model): not this suite's, so c4 is missing
+    c4 = short(repo, "c4")
+    real_model = repo / "results" / "asv" / MACHINE / f"{c4}-existing-vllm.json"
+    real_model.parent.mkdir(parents=True)
+    real_model.write_text('{"results": {}}')
 
     first = record(repo, "--limit", "2", "--commit")
     assert first.returncode == 0, first.stderr
@@ -116,7 +122,6 @@ def test_a_catch_up_commits_each_recorded_commit_alone_coarse_to_fine_and_resume
                                                                                        "notes.txt"]
 
     # c4 was being recorded when the last call was stopped: its partial result is not a result
-    c4 = short(repo, "c4")
     partial = repo / "results" / "asv" / MACHINE / f"{c4}-virtualenv-fake.json"
     partial.write_text("{}")
     (repo / "results" / "asv" / MACHINE / ".recording").write_text(c4 + "\n")
@@ -128,6 +133,7 @@ def test_a_catch_up_commits_each_recorded_commit_alone_coarse_to_fine_and_resume
     calls = [line.strip()[:8] for line in (repo / "asv-calls.log").read_text().splitlines()]
     assert calls[2:] == [c4, short(repo, "c5"), short(repo, "c3")]  # the package's change first
     assert json.loads(partial.read_text())["results"]  # recorded again, whole
+    assert real_model.read_text() == '{"results": {}}'  # the real model's result is left alone
     broken = short(repo, "c3 broken")
     assert (repo / "results" / "asv" / MACHINE / "skipped.txt").read_text().startswith(f"{broken} no benchmark")
     assert not list((repo / "results" / "asv" / MACHINE).glob(f"{broken}-*.json"))

@@ -152,6 +152,21 @@ class TestFinalTokenWatermark:
         assert replay(two_turns(first_output=2), TINY, Fixes(), strict=True).poisoned == []
 
 
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_a_follow_up_finds_its_parents_decoded_blocks_in_the_gpu_prefix_cache(scheduling):
+    """vLLM caches a running request's blocks as they fill, its decoded ones too
+    (``KVCacheManager.allocate_slots`` -> ``cache_blocks``): A decodes 9 tokens after an 8-token
+    prompt; positions 0-15 are written (the last sampled token's KV never is), 4 full blocks.
+    C repeats A's whole history and arrives once A finished: its GPU prefix hit is those 16
+    tokens, the connector's tier not needed."""
+    a = RequestSpec("A", tokens(1, 8), tokens(2, 9))
+    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + tokens(3, 4), tokens(4, 2), parent="A",
+                    think_steps=3)
+    record = replay([a, c], TINY.replace(scheduling=scheduling), Fixes())
+    assert (record.crash, record.finished_requests) == (None, 2)
+    assert record.gpu_hit_tokens == 16
+
+
 class TestRobustness:
     """Preemption, aborts and reset_cache with jobs in flight: no crash, no leak, no poison."""
 
@@ -165,6 +180,23 @@ class TestRobustness:
         assert record.preemptions > 0
         assert (record.crash, record.poisoned, record.leaked_requests) == (None, [], ())
         assert record.finished_requests == 8
+
+    def test_a_request_the_connector_never_releases_is_named_when_the_run_drains(self, monkeypatch):
+        """The planted leak: the connector keeps B's state after B finished and its jobs ended.
+        The run itself ends normally; the record names B, and only B, as leaked."""
+        from kvoffload.core.scheduler import ReferenceConnectorScheduler
+
+        release = ReferenceConnectorScheduler._release_if_done
+
+        def keeps_b(self, state):
+            if state.req.req_id != "B":
+                release(self, state)
+
+        monkeypatch.setattr(ReferenceConnectorScheduler, "_release_if_done", keeps_b)
+        requests = [RequestSpec(name, tokens(i, 9), tokens(i + 20, 3), arrival_step=i) for i, name in enumerate("ABC")]
+        record = replay(requests, TINY, Fixes())
+        assert (record.crash, record.stuck_requests, record.finished_requests) == (None, (), 3)
+        assert record.leaked_requests == ("B",)
 
     @pytest.mark.parametrize("scheduling", ["sync", "async"])
     def test_aborts_of_queued_and_prefilling_requests(self, scheduling):

@@ -7,6 +7,8 @@ own ``Scheduler`` and ``AsyncScheduler`` on whole workloads. Block size 4, k dra
 
 from __future__ import annotations
 
+import pytest
+
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.cost import profile
@@ -172,20 +174,22 @@ class TestABudgetBelowAPaddedStep:
     engine with either connector, stops the same way). The engine does the same, and says why:
     the run ends with the request stuck, which fails the run (``kvoffload run`` exits 1)."""
 
-    def two_equal_requests(self, budget: int):
+    def two_equal_requests(self, budget: int, spec_tokens: int = 2):
         """r0 runs; r1, the same 2-token prompt, gets it from the connector: after the load one
-        token is left, which admission pads to 1 + 2 tokens."""
-        config = EngineConfig(gpu_blocks=8, block_size=2, blocks_per_chunk=1, spec_tokens=2,
+        token is left, which admission pads to 1 + spec_tokens tokens."""
+        config = EngineConfig(gpu_blocks=8, block_size=2, blocks_per_chunk=1, spec_tokens=spec_tokens,
                               max_num_batched_tokens=budget, max_num_seqs=1, scheduling="async")
         requests = [RequestSpec(f"r{i}", (7, 7), (9,)) for i in range(2)]
         return Engine(requests, config, strict=True, max_steps=1000).run()
 
-    def test_the_setting_is_accepted_and_the_loaded_request_is_never_scheduled(self):
-        record = self.two_equal_requests(budget=2)
+    @pytest.mark.parametrize("spec_tokens, budget", [(2, 2), (3, 3)])
+    def test_the_setting_is_accepted_and_the_loaded_request_is_never_scheduled(self, spec_tokens, budget):
+        record = self.two_equal_requests(budget, spec_tokens)
         assert record.connector_hit_tokens_admitted == 2 and record.finished_requests == 1
         assert record.stuck_requests == ("r1",) and not record.max_steps_reached
         assert record.stuck_message.startswith("1 request stuck (r1): nothing was scheduled for 200 steps")
-        assert "decode step of 1 + spec_tokens = 3 tokens, over max_num_batched_tokens=2" in record.stuck_message
+        assert (f"decode step of 1 + spec_tokens = {1 + spec_tokens} tokens, over max_num_batched_tokens={budget}"
+                in record.stuck_message)
 
     def test_a_budget_that_holds_the_padded_step_finishes_both(self):
         record = self.two_equal_requests(budget=3)

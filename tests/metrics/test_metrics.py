@@ -188,3 +188,59 @@ def test_connector_time_per_step_is_in_microseconds():
     """connector_us_per_step: wall seconds inside connector calls, in µs, over the run's steps."""
     record = RunRecord(steps=4, connector_seconds=0.5)
     assert compute_metrics(record)["connector_us_per_step"] == 125_000.0  # exact in binary floats
+
+
+def test_a_chunk_whose_tier_slot_was_overwritten_no_longer_counts_as_held():
+    """The tier's bytes, slot by slot (engine/final_chunks.py): A stores its chunk 0 in slot 5;
+    X's store then overwrites slot 5. B finishes with the same KV in its chunk 0 and stores
+    nothing (a connector that trusted a stale entry would skip it): the tier no longer holds
+    that chunk, so B's last chunk was lost: 0 of 1. Had slot 5 still held it, 1 of 1."""
+    from types import SimpleNamespace
+
+    from kvoffload.core.types import TransferJob, TransferKind
+    from kvoffload.engine.final_chunks import FinalChunkWatch
+
+    class Tier:
+        """The content oracle's view: the fingerprint each slot holds, and each request's KV."""
+
+        def __init__(self):
+            self.slots: dict[int, int] = {}
+
+        def tier_fingerprint(self, slot):
+            return self.slots[slot]
+
+        def fingerprint(self, req_id, position):
+            return {"A": 111, "B": 111, "X": 222}[req_id]  # A's and B's chunk 0 hold the same KV
+
+        def is_live(self, req_id):
+            return True
+
+    def store(req_id, slot):
+        tier.slots[slot] = tier.fingerprint(req_id, 3)
+        watch.stored(TransferJob(1, req_id, TransferKind.STORE, (0,), (slot,), (0,)))
+
+    def b_finished():
+        request = SimpleNamespace(num_tokens=6, num_computed_tokens=5, num_prompt_tokens=4)
+        watch.finished(SimpleNamespace(req=request, req_id="B"), aborted=False)  # positions 0-4 written
+        return watch.counted, watch.offloaded
+
+    tier = Tier()
+    watch = FinalChunkWatch(tier, tokens_per_chunk=4, prompt_only=False)
+    store("A", 5)
+    assert b_finished() == (1, 1)  # slot 5 holds B's chunk 0 (A stored the same KV)
+    watch = FinalChunkWatch(tier, tokens_per_chunk=4, prompt_only=False)
+    store("A", 5)
+    store("X", 5)
+    assert b_finished() == (1, 0)
+
+
+def test_a_fresh_record_has_counted_nothing():
+    """Both engines (the simulator's observer, the vLLM replays) add to a fresh RunRecord: every
+    count and time starts at 0, every list empty, no verdict. A record that counted two finished
+    requests' last chunks and none that reached the tier says 0.0, not more."""
+    import dataclasses
+
+    record = RunRecord()
+    values = {field.name: getattr(record, field.name) for field in dataclasses.fields(record)}
+    assert {name for name, value in values.items() if value not in (0, None, False) and value != type(value)()} == set()
+    assert compute_metrics(RunRecord(final_chunks=2))["last_chunk_offloaded_rate"] == 0.0

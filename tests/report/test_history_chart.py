@@ -152,3 +152,17 @@ def test_the_newest_commit_is_compared_with_the_one_recorded_before_it(tmp_path)
     assert by_name[("TrackMultiTurn.track_last_block_miss_rate", "reference")] == ("0", "0.004", "+0.004", "worse")
     assert by_name[("BuildConnectorMeta.track_us_per_step", "1")][3] == "worse (measured: load moves it too)"
     assert not any("leaked" in row[0] for row in rows)
+
+
+def test_a_track_the_suite_no_longer_has_is_drawn_as_history_and_said_so(tmp_path):
+    """The Track* classes' single-sample connector_us_per_step moved to the Measure* classes: the old
+    points stay, and the chart says no newer point will join them (benchmarks.json lacks the name)."""
+    write_history(tmp_path / "asv")
+    suite = json.loads((tmp_path / "asv" / "benchmarks.json").read_text())
+    del suite[MISS]
+    (tmp_path / "asv" / "benchmarks.json").write_text(json.dumps(suite))
+    points, units = find_asv_points(tmp_path / "asv")
+    [meta, multi] = draw_asv_history(points, units, tmp_path, {}, read_main_line(tmp_path / "asv"), ())
+    assert "No longer in the suite (asv's benchmarks.json), so no newer point will join them: " \
+           "last_block_miss_rate." in multi.caption
+    assert "No longer in the suite" not in meta.caption

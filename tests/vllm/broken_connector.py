@@ -61,3 +61,10 @@ class FailedStoreVisibleConnector(KVOffloadConnector):
         if meta is not None:
             meta.results = [dataclasses.replace(result, success=True) for result in meta.results]
         super().update_connector_output(connector_output)
+
+
+class LoadErrorsUnreportedConnector(KVOffloadConnector):
+    """A failed load's blocks never reach vLLM (vLLM #39732): the base class's "no errors"."""
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return set()

@@ -23,6 +23,8 @@ PLANTED = [
      "ResetKeepsTierConnector"),
     (tier.TestK23PendingHitResolves().test_a_deferred_lookup_ends_in_a_load, {}, "NeverDefersConnector"),
     (tier.TestK27HitRateCountsEachLookupOnce().test_deferred_lookups_are_not_counted, {}, "NeverDefersConnector"),
+    (tier.TestK22FailedLoadIsRecomputed().test_the_failed_tokens_are_never_served, {"scheduling": "sync"},
+     "LoadErrorsUnreportedConnector"),
     (tier.TestK23PendingHitResolves().test_a_deferred_lookup_on_a_failed_store_ends_in_a_miss, {},
      "FailedStoreVisibleConnector"),
     (tier.TestK28FailedStoreStaysInvisible().test_no_hit_from_a_failed_store, {"scheduling": "sync"},

@@ -29,16 +29,20 @@ def follow_up(parent: RequestSpec, req_id: str = "C", new: int = 4, think_steps:
 
 
 def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache_before: tuple[int, ...] = (),
-           reset_cache_before: tuple[int, ...] = (), prepare=None):
+           reset_cache_before: tuple[int, ...] = (), prepare=None, reference_only: str | None = None):
     """The record and the replay of ``requests`` through vLLM's scheduler with the connector
     under test. ``forget_gpu_cache_before=(n,)``: vLLM's GPU prefix cache loses every free block
     before step n (memory pressure from elsewhere), so only the connector can serve them.
     ``reset_cache_before=(n,)``: ``reset_prefix_cache(reset_connector=True)`` between steps n-1
     and n, as the simulator's ``reset_cache_at`` (vLLM's API call between two engine steps).
-    ``prepare(built)`` runs before the first step (failure injection, tier hooks)."""
-    from kvoffload.vllm.build import ConnectorLoad
+    ``prepare(built)`` runs before the first step (failure injection, tier hooks).
+    ``reference_only``: the story needs the reference connector's scheduler core (a subclass's
+    too); any other connector skips with this reason, vLLM's stock one before it is built."""
+    from kvoffload.vllm.build import STOCK, ConnectorLoad
     from kvoffload.vllm.replay import VllmSchedulerReplay
 
+    if reference_only and connector.source == STOCK:
+        pytest.skip(reference_only)
     replays = []
 
     def on_step(next_step: int, finished: int) -> None:
@@ -51,6 +55,8 @@ def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache
     built = VllmSchedulerReplay(requests, config, ConnectorLoad(connector.source, connector.preset, connector.disabled),
                                 on_step=on_step, max_steps=MAX_STEPS)
     replays.append(built)
+    if reference_only and getattr(built.scheduler.connector, "core", None) is None:
+        pytest.skip(reference_only)
     if prepare is not None:
         prepare(built)
     return built.run(), built
@@ -64,26 +70,17 @@ def forget_free_blocks(pool) -> None:
 
 
 LIFECYCLE = "needs the reference manager's lifecycle record (strict mode); this connector has none"
-
-
-def reference_core(built, needs: str = LIFECYCLE):
-    """The reference connector's scheduler core, or a skip saying what the story ``needs`` of it."""
-    core = getattr(built.scheduler.connector, "core", None)
-    if core is None:
-        pytest.skip(needs)
-    return core
+# vLLM's CPU offloading worker asserts that every copy succeeded (``offloading/worker.py``): a copy
+# that fails is a crash by design there, not a bug a gate can name.
+FAILING_COPIES = "needs a tier whose copies can fail: vLLM's offloading worker asserts every copy succeeded"
 
 
 def fail_first(kind: TransferKind):
     """``prepare`` for a replay whose first copy of ``kind`` fails (the destination scribbled,
-    reported ``success=False``). Needs the project's stepped handler: the reference's, or the
-    stock connector's torch-copy spec; but vLLM's CPU offloading worker asserts that every copy
-    succeeded (``offloading/worker.py``), so a failing copy is a crash by design there."""
+    reported ``success=False``), with the reference's stepped handler (``reference_only``)."""
     def prepare(built) -> None:
         from kvoffload.vllm.replay import _transfer_handler
 
-        if getattr(built.scheduler.connector, "core", None) is None:
-            pytest.skip("needs a tier whose copies can fail: vLLM's offloading worker asserts every copy succeeded")
         handler = _transfer_handler(built.worker)
         failed: list[int] = []
 

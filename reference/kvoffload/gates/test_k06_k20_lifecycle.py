@@ -7,7 +7,7 @@ import pytest
 
 from kvoffload.core.manager import LookupResult
 from kvoffload.engine.requests import RequestSpec
-from kvoffload.gates.story import TINY, clean, follow_up, poisoned, reference_core, replay, tokens
+from kvoffload.gates.story import TINY, clean, follow_up, poisoned, replay, tokens
 
 
 class TestK06CursorWaitsForHashes:
@@ -79,7 +79,7 @@ class TestK09PreemptedStoresAreFlushed:
         b = RequestSpec("B", tokens(3, 16), tokens(4, 4))
         record, _ = replay(kv_connector, [a, b], TINY.replace(gpu_blocks=9, scheduling=scheduling,
                                                               store_completion_steps=2))
-        assert record.preemptions == 1
+        assert record.preemptions >= 1  # vLLM 0.25-0.29 preempt B twice here
         assert poisoned(record) == []
         assert clean(record)
 
@@ -92,8 +92,7 @@ class TestK10NoLoadWhileStoresAreInFlight:
 
     def test_the_lookup_waits_then_loads(self, kv_connector):
         def pending_reads_as_miss(built) -> None:  # a tier of the vLLM 0.2x era
-            manager = reference_core(built, "needs a tier that reads pending chunks as absent (the reference "
-                                             "manager's lookup); this connector's tier answers them itself").manager
+            manager = built.scheduler.connector.core.manager
             plain = manager.lookup
             manager.lookup = lambda key: LookupResult.MISS if plain(key) is LookupResult.HIT_PENDING else plain(key)
 
@@ -101,7 +100,9 @@ class TestK10NoLoadWhileStoresAreInFlight:
         r = RequestSpec("R", tokens(3, 12), tokens(4, 4))
         config = TINY.replace(gpu_blocks=8, scheduling="async", store_completion_steps=1, max_num_batched_tokens=4,
                               max_num_seqs=4)  # vLLM refuses a budget below max_num_seqs
-        record, _ = replay(kv_connector, [a, r], config, forget_gpu_cache_before=(7,), prepare=pending_reads_as_miss)
+        record, _ = replay(kv_connector, [a, r], config, forget_gpu_cache_before=(7,), prepare=pending_reads_as_miss,
+                           reference_only="needs a tier that reads pending chunks as absent (the reference manager's "
+                                          "lookup); this connector's tier answers them itself")
         assert record.preemptions >= 1
         assert clean(record) and record.finished_requests == 2
 
@@ -138,5 +139,5 @@ class TestK20ResetForgetsRequestJobs:
         requests = [RequestSpec("R0", tokens(1, 16), tokens(2, 10)), RequestSpec("R1", tokens(3, 8), tokens(4, 10))]
         record, _ = replay(kv_connector, requests, TINY.replace(gpu_blocks=9, store_completion_steps=4),
                            reset_cache_before=(3,))
-        assert record.preemptions == 1
+        assert record.preemptions >= 1
         assert clean(record) and record.finished_requests == 2

@@ -9,7 +9,7 @@ import pytest
 from kvoffload.core.types import TransferKind
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.gates.catalogue import NO_GATE
-from kvoffload.gates.story import TINY, clean, fail_first, follow_up, poisoned, replay, tokens
+from kvoffload.gates.story import FAILING_COPIES, TINY, clean, fail_first, follow_up, poisoned, replay, tokens
 from kvoffload.metrics import compute_metrics
 
 
@@ -46,11 +46,21 @@ class TestK21ResetReallyClears:
 
 
 class TestK22FailedLoadIsRecomputed:
-    """vLLM #39732 / #52838 / #54733: a failed load must be recomputed, not crash or serve garbage."""
+    """vLLM #39732 / #52838 / #54733. C's load of chunks 0-1 fails (the handler scribbles the
+    destination blocks and reports success=False). The worker must pass that on
+    (``get_block_ids_with_load_errors``), so vLLM's scheduler never reads the garbage as computed
+    KV: under its default ``kv_load_failure_policy`` it fails C instead. No crash, nothing
+    poisoned, nothing left tracked, C ends with an error."""
 
-    def test_the_failed_tokens_are_computed_again(self, kv_connector):
-        pytest.skip("needs load errors reported to vLLM's scheduler (invalid_block_ids): vLLM's offloading "
-                    "worker asserts every copy succeeded and this replay does not pass them on")
+    @pytest.mark.parametrize("scheduling", ["sync", "async"])
+    def test_the_failed_tokens_are_never_served(self, kv_connector, scheduling):
+        record, built = replay(kv_connector, a_and_its_next_turn(), TINY.replace(scheduling=scheduling),
+                               forget_gpu_cache_before=(2,), prepare=fail_first(TransferKind.LOAD),
+                               reference_only=FAILING_COPIES)
+        assert record.connector_hit_tokens_admitted == 8  # the load was built, and failed
+        assert poisoned(record) == []
+        assert clean(record)
+        assert built._requests["C"].status.name == "FINISHED_ERROR"  # vLLM failed it: nothing read
 
 
 class TestK23PendingHitResolves:
@@ -66,7 +76,8 @@ class TestK23PendingHitResolves:
 
     def test_a_deferred_lookup_on_a_failed_store_ends_in_a_miss(self, kv_connector):
         record, _ = replay(kv_connector, self.requests(), TINY.replace(store_completion_steps=6),
-                           forget_gpu_cache_before=(1, 2, 3), prepare=fail_first(TransferKind.STORE))
+                           forget_gpu_cache_before=(1, 2, 3), prepare=fail_first(TransferKind.STORE),
+                           reference_only=FAILING_COPIES)
         assert clean(record) and record.finished_requests == 2
         assert record.connector_hit_tokens_admitted == 0
 
@@ -122,7 +133,8 @@ class TestK28FailedStoreStaysInvisible:
     @pytest.mark.parametrize("scheduling", ["sync", "async"])
     def test_no_hit_from_a_failed_store(self, kv_connector, scheduling):
         record, _ = replay(kv_connector, a_and_its_next_turn(), TINY.replace(scheduling=scheduling),
-                           forget_gpu_cache_before=(2,), prepare=fail_first(TransferKind.STORE))
+                           forget_gpu_cache_before=(2,), prepare=fail_first(TransferKind.STORE),
+                           reference_only=FAILING_COPIES)
         assert poisoned(record) == []
         assert clean(record) and record.connector_hit_tokens_admitted == 0
 

@@ -15,6 +15,9 @@ One figure per benchmark class (``bench_workloads.TrackMultiTurn``), one panel p
   tracks they changed; the caption gives each one's commit and reason.
 - tracks that were 0 on every recorded commit, connector and machine are listed once in the
   caption instead of being drawn as flat lines.
+- a track the suite no longer has (absent from ``benchmarks.json``: renamed or moved, like the
+  full replay's single-sample ``connector_us_per_step`` that the ``Measure*`` classes took over)
+  keeps its points, and its panel and the caption say no newer point will join them.
 
 The reference is drawn last and thicker, so a reference regression is never hidden under a
 preset's line. Colours: one hue per connector, a lighter shade and another line style per further
@@ -159,7 +162,8 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
             handle = _plot_line(ax, [position[p.commit] for p in line], line, factor, style, label)
             legend.setdefault(label, handle)
         metric = name.rsplit(".", 1)[1].removeprefix("track_")
-        ax.set_title(f"{metric}\n({shown_unit}, lower is better)", fontsize=9, wrap=True)
+        retired = "; no longer recorded" if units and name not in units else ""  # benchmarks.json lacks it
+        ax.set_title(f"{metric}\n({shown_unit}, lower is better{retired})", fontsize=9, wrap=True)
         values = [p.value * factor for line in lines.values() for p in line]
         if values and min(values) >= 0:  # counts and rates start at 0; an all-zero panel is not +-0.04
             ax.set_ylim(bottom=0, top=None if max(values) > 0 else 1)
@@ -183,7 +187,12 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     filename = f"asv-{slug(owner)}.png"
     hover = _hover_boxes(fig, axes[:len(names)], axis, recorded)
     save_figure(fig, out / filename, dpi=DPI)
-    return Chart(REGRESSION, owner, filename, _caption(names, zero, axis, recorded, machines, marked, off_line),
+    caption = _caption(names, zero, axis, recorded, machines, marked, off_line)
+    gone = [name.rsplit(".", 1)[1].removeprefix("track_") for name in names if units and name not in units]
+    if gone:  # a renamed or moved track: its points are history, nothing new joins them
+        caption += (f" No longer in the suite (asv's benchmarks.json), so no newer point will join them: "
+                    f"{', '.join(gone)}.")
+    return Chart(REGRESSION, owner, filename, caption,
                  provenance=_provenance(group), table=_table(group, units), hover=hover)
 
 
