@@ -62,8 +62,9 @@ def copy_tree(target: Path, only: str = "") -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        # results/ are outputs, except the gate's baseline and the release table README's is generated from
-        wanted = not name.startswith("results/") or name.startswith(("results/gate/", "results/releases/"))
+        # results/ travel too: the gate's baseline, and the files the main suite's tests read (README's
+        # tables, asv and run results); this tool's own results do not
+        wanted = not name.startswith("results/mutation/")
         if source.is_file() and wanted and name.startswith(only):
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
@@ -273,6 +274,15 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def snapshot_tests() -> None:
+    """The snapshot's tests/ exactly as its commit had them: what the rest of CI (main, gate, vLLM)
+    ran then. The branch's newer test files may test code newer than the snapshot and fail on it."""
+    commit = json.loads((WORK / "meta.json").read_text())["commit"]
+    shutil.rmtree(TREE / "tests", ignore_errors=True)
+    archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
+
+
 def refresh_tests() -> list[str]:
     """The snapshot's tests/: those of the snapshot's commit, with this branch's own test changes
     on top (the files its own commits touched since then, merges left out: what main moved since
@@ -344,7 +354,7 @@ def importers(module: str) -> list[str]:
     pattern = re.compile(rf"{re.escape(dotted)}\b|from {re.escape(parent)} import [^\n]*\b{name}\b")
     files = sorted((TREE / "tests").rglob("test_*.py"), key=lambda path: (path.stat().st_size, path))
     return [str(path.relative_to(TREE)) for path in files if pattern.search(path.read_text(errors="replace"))
-            and not str(path.relative_to(TREE)).startswith(MAIN_SUITE_IGNORES + TESTS_OF[module] + ("tests/vllm",))]
+            and not str(path.relative_to(TREE)).startswith(MAIN_SUITE_IGNORES + TESTS_OF.get(module, ()) + ("tests/vllm",))]
 
 
 def failing_unmutated(command: list[str]) -> list[str]:
@@ -378,7 +388,9 @@ def cmd_stage(args) -> int:
 
 
 def _stage(args) -> int:
-    if args.refresh_tests:  # new tests written for the survivors join the snapshot's
+    if args.stage != "new":
+        snapshot_tests()  # the rest of CI as it was at the snapshot (the new stage adds this branch's tests)
+    elif args.refresh_tests:  # new tests written for the survivors join the snapshot's
         meta = json.loads((WORK / "meta.json").read_text())
         meta["overlay"] = refresh_tests()
         (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -393,6 +405,14 @@ def _stage(args) -> int:
         meta["new_failing_unmutated"] = sorted(broken)
         (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
         print(f"new tests failing unmutated (their mutants are not run): {sorted(broken)}", flush=True)
+    if args.stage == "main":  # the suite must collect on the unmutated snapshot, or every "kill" is its error
+        command = stage_command("main", {"module": ""})
+        collected = subprocess.run(["nice", "-n", "10", PYTHON, "-m", "pytest", "--collect-only", "-q",
+                                    *command[command.index("--") + 1:]], cwd=TREE, env=env(), capture_output=True,
+                                   text=True)
+        if collected.returncode != 0:
+            print(f"error: the main suite does not collect unmutated:\n{collected.stdout[-2000:]}", file=sys.stderr)
+            return 1
     for row in survivors_after(args.stage):
         if args.stage == "new" and (key(row) in FATES or key(row) not in NEW_TESTS
                                     or broken & set(NEW_TESTS[key(row)])):
@@ -460,10 +480,14 @@ def cmd_report(args) -> int:
                "score_without_new_tests": (killed - counts["new test"]) / scored if scored else None}
     out = ROOT / "results" / "mutation" / "tool"
     out.mkdir(parents=True, exist_ok=True)
+    extra = len(rows) - meta["sampled"]  # run from a larger sample before it was cut to this one
+    beyond = f", and {extra} more of a larger one, run before it was cut" if extra > 0 else ""
     lines = ["# Mutation run by a tool (cosmic-ray)", "",
              f"Commit {meta['commit'][:12]}: cosmic-ray generated {meta['generated']} mutants at {meta['sites']} "
              f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
-             f"a deterministic sample of {meta['sampled']} ran ({len(pending)} not yet run). "
+             f"a deterministic sample of {meta['sampled']} (the first of one order, docs/mutation.md)"
+             f"{beyond}: "
+             f"{len(rows)} run, {len(pending)} not yet run. "
              "Regenerate with the commands in docs/mutation.md.", "",
              f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
              f"Failing on the unmutated snapshot, so deselected from every run: "

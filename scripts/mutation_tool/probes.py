@@ -68,66 +68,6 @@ def store_filter_or() -> None:
     print(f"    {extra_calls} calls the mutant adds, none changed anything")
 
 
-def trace_pid() -> None:
-    """engine/observer.py plan_built: the trace events' ``"pid": 0`` made 1. Chrome's trace
-    format groups rows by (pid, tid); the observer is the only writer of trace events and gives
-    all of them one pid, so any constant draws the same rows: one process, one row per request."""
-    import re
-    from pathlib import Path
-
-    observer = Path(__file__).resolve().parents[2] / "reference" / "kvoffload" / "engine" / "observer.py"
-    writers = [path for path in (observer.parents[1]).rglob("*.py") if re.search(r'"pid":', path.read_text())]
-    assert writers == [observer], writers
-    assert observer.read_text().count('"pid":') == 1
-
-
-def admitted_without_placeholders() -> None:
-    """engine/scheduler.py _schedule_waiting: ``asynchronous = scheduling == "async"`` made
-    ``is not "async"``. The flag there only adds ``live.placeholders`` to the known tokens of a
-    request joining the step from the queue, and such a request has none: a new one never ran,
-    and a preempted one was no victim while it had output in flight (the async victim rule).
-    Checked at every admission of the -small workloads and of tight-pool preemption runs, sync
-    and async."""
-    from kvoffload.core.fixes import Fixes
-    from kvoffload.engine.admission import Admission
-    from kvoffload.engine.config import EngineConfig
-    from kvoffload.engine.engine import Engine
-    from kvoffload.engine.requests import RequestSpec
-    from kvoffload.workloads import load_workload
-
-    admit = Admission.admit
-    admissions = 0
-
-    def probed(self, budget, join_step):
-        def checked(live, count):
-            nonlocal admissions
-            assert live.placeholders == 0, (live.req_id, live.placeholders)
-            admissions += 1
-            join_step(live, count)
-        return admit(self, budget, checked)
-
-    tight = EngineConfig(gpu_blocks=9, cpu_chunks=64, block_size=4, max_num_batched_tokens=16, reserve_full_isl=False)
-    crowd = [RequestSpec(f"r{i}", tuple(range(3 + i, 15 + i)), tuple(range(40, 52)), arrival_step=i % 3)
-             for i in range(6)]
-    Admission.admit = probed
-    try:
-        runs = [(load_workload(name).requests, load_workload(name).engine)
-                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
-        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
-                 for other in ("sync", "async") if other != config.scheduling]
-        for scheduling in ("sync", "async"):
-            runs.append((crowd, tight.replace(scheduling=scheduling)))
-        preemptions = 0
-        for requests, config in runs:
-            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
-            assert record.crash is None, record.crash
-            preemptions += record.preemptions
-    finally:
-        Admission.admit = admit
-    assert preemptions > 0, "no preemption: the probe did not reach re-admissions"
-    print(f"    {admissions} admissions, {preemptions} preemptions: no placeholders at any")
-
-
 def enum_identity() -> None:
     """worker/connector.py: ``kind is TransferKind.STORE`` made ``==``. ``kind`` is a TransferKind
     or None; a plain Enum compares by identity, so both agree on every value it can hold."""
@@ -320,9 +260,34 @@ def set_growth_threshold() -> None:
     assert {len(set_order._resized([None] * 8, used)) for used in range(0, 5000, 7)} <= {2**k for k in range(3, 16)}
 
 
-PROBES = [one_key_index, store_filter_or, trace_pid, admitted_without_placeholders, enum_identity, aligned_hits,
+def livelock_read_only() -> None:
+    """engine/watchdog.py: ``@dataclass(frozen=True)`` made ``frozen=False`` on Livelock. Freezing
+    forbids assigning a field and derives a hash; a Livelock holds a dict, so hashing one fails
+    either way, and nothing assigns to one: the watchdog builds it in one expression and the
+    engine, the one place that receives it, only reads it (as_dict, describe, alive)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "reference" / "kvoffload"
+    builders = [path for path in package.rglob("*.py") if "Livelock(" in path.read_text()]
+    assert builders == [package / "engine" / "watchdog.py"], builders
+    engine = ast.parse((package / "engine" / "engine.py").read_text())
+    observed = [node for node in ast.walk(engine) if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call) and getattr(node.value.func, "attr", "") == "observe"]
+    assert [target.id for node in observed for target in node.targets] == ["verdict"]
+    assigned = [node for node in ast.walk(engine) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "verdict"]
+    assert assigned == []
+    watchdog = ast.parse((package / "engine" / "watchdog.py").read_text())
+    livelock = next(node for node in watchdog.body if isinstance(node, ast.ClassDef) and node.name == "Livelock")
+    assert not [node for node in ast.walk(livelock) if isinstance(node, (ast.Assign, ast.AugAssign))
+                and any(isinstance(t, ast.Attribute) for t in getattr(node, "targets", [getattr(node, "target", None)]))]
+
+
+PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           live_identity, least_direction, async_commit_guard,
-          set_growth_threshold]
+          set_growth_threshold, livelock_read_only]
 
 if __name__ == "__main__":
     for probe in PROBES:

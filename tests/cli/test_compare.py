@@ -28,6 +28,7 @@ def write_result(path: Path, label: str, **metrics) -> Path:
     ("steps", 100, 90, "info"),  # no direction
     ("tokens_per_s_modeled", 500.0, 500.0 * (1 + 1e-12), "same"),  # float noise
     ("gpu_hit_rate", None, 0.5, "info"),  # a value that appeared: nothing to judge
+    ("gpu_hit_rate", 0.5, None, "info"),  # ... or disappeared
     ("no_such_metric", 1, 2, "info"),
 ])
 def test_a_verdict_reads_the_glossarys_direction(name, before, after, verdict):

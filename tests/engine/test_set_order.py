@@ -48,7 +48,9 @@ def id_lists(rng: random.Random, count: int) -> list[list[str]]:
 @pytest.mark.skipif(sys.hash_info.algorithm != "siphash13", reason="the model is CPython 3.11+'s SipHash-1-3")
 @pytest.mark.parametrize("seed", [HASH_SEED, 1, 4242, 2**32 - 1])
 def test_the_model_iterates_as_a_real_set_started_with_that_seed(seed):
-    lists = id_lists(random.Random(seed), 400)
+    # "" hashes to 0 under every seed; U+FFFF and U+10000 are the widest 2-byte and narrowest
+    # 4-byte code points (CPython hashes 2 or 4 bytes per code point of the string's storage)
+    lists = [["", "A", "req-0", "\uffff", "\U00010000"]] + id_lists(random.Random(seed), 400)
     real = in_child(seed, lists)
     assert [[str_hash(i, seed) for i in ids] for ids in lists] == real["hashes"]
     assert [list(set_iteration_order(ids, seed)) for ids in lists] == real["orders"]

@@ -77,6 +77,19 @@ class TestWatchdog:
         metrics = compute_metrics(record)
         assert metrics["livelock"] == 1 and metrics["stuck_requests"] == 1
 
+    def test_steady_progress_for_longer_than_the_window_is_no_livelock(self):
+        """A request that computes new tokens every step, for three windows: no verdict; the
+        window counts steps since the last progress, not since the start."""
+        watchdog = ProgressWatchdog(store_completion_steps=0, window=10)
+
+        class Item:
+            def __init__(self, start):
+                self.live = type("Live", (), {"req_id": "a"})()
+                self.start, self.num_tokens = start, 1
+
+        assert [watchdog.observe(step, [Item(step)], 0, {"a": 1}) for step in range(30)] == [None] * 30
+        assert [watchdog.observe(step, [], 0, {"a": 1}) for step in range(30, 40)][-1] is not None
+
     def test_the_verdict_names_the_preemption_cycle(self):
         """Recomputing what a preemption threw away is not progress."""
         watchdog = ProgressWatchdog(store_completion_steps=0, window=10)

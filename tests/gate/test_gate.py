@@ -317,3 +317,14 @@ def test_update_without_a_baseline_rewrites_the_trees_own_and_records_no_commit_
 
     monkeypatch.setenv("PATH", str(tmp_path / "no-programs-here"))
     assert gate.git_commit(tmp_path) is None
+
+
+@pytest.mark.parametrize("schema", ["kvoffload-bench/gate-baseline/v2", "kvoffload-bench/gate-baseline/v0", None])
+def test_a_baseline_of_another_schema_is_refused_even_when_its_body_reads_as_v1(no_replay, tmp_path, capsys, schema):
+    """A later (or earlier) version of the file may mean other things by the same fields: the
+    schema is checked for equality before the body is read, and a file without one is refused too."""
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps({**_baseline({"w/c/steps": 7.0}), "schema": schema}))
+    assert main(["gate", "--baseline", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"kvoffload: error: {path}: not a gate baseline (schema {gate.SCHEMA!r} expected)"]
