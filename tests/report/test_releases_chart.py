@@ -54,3 +54,19 @@ def test_no_table_is_a_note_and_a_malformed_one_a_one_line_error(tmp_path):
     (tmp_path / "releases" / "releases.json").write_text(json.dumps({"schema": "other"}))
     with pytest.raises(ResultError, match="not a release table"):
         draw_releases(tmp_path, tmp_path)
+
+
+def test_every_chart_has_its_key_outside_the_data_and_an_empty_panel_says_so():
+    """shared-prefix has no request with a last block to store: its last-block panel says it holds
+    no value instead of drawing an empty frame, and the key sits in the spare panel."""
+    from kvoffload.report.releases import _figure
+
+    points = [("0.32.0", "reference", "sync", "poisoned_loads", 0, 0),
+              ("0.32.0", "reference", "sync", "last_block_hit_rate", None, None)]
+    axes = _figure("shared-prefix", ["0.32.0"], points).axes
+    by_title = {ax.get_title(): ax for ax in axes}
+    assert [t.get_text() for t in by_title["last_block_hit_rate"].texts] == ["no value in any row"]
+    assert len(by_title["poisoned_loads"].texts) == 0 and by_title["poisoned_loads"].get_legend() is None
+    key = axes[-1].get_legend()
+    assert [t.get_text() for t in key.get_texts()] == ["release, sync", "preset, sync", "release, async",
+                                                       "preset, async"]

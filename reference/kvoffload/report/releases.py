@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from kvoffload.metrics import format_value
 from kvoffload.releases import SCHEMA, TABLE_METRICS
@@ -101,9 +102,19 @@ def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
         ax.set_xlim(-0.5, len(releases) - 0.5)
         ax.set_title(metric, fontsize=10)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    axes[-1].axis("off")
-    axes[-1].text(0, 0.5, "filled: the release's stock connector\nhollow: the simulator with its preset\n"
-                  "a missing marker: the engine cannot\nmeasure that metric", fontsize=9, va="center")
+        if not ax.collections:  # e.g. last_block_hit_rate where no request had a last block to store
+            ax.text(0.5, 0.5, "no value in any row", transform=ax.transAxes, ha="center", va="center",
+                    fontsize=9, color="0.4")
+    # The legend lives in the spare panel, so it never covers data and every chart has one.
+    key = axes[-1]
+    key.axis("off")
+    handles = [Line2D([], [], linestyle="none", marker="o", markersize=size, label=f"{who}, {scheduling}",
+                      markerfacecolor=color if filled else "none", markeredgecolor=color)
+               for scheduling, color in SCHEDULING_COLORS.items()
+               for who, filled, size in (("release", True, 6), ("preset", False, 9))]
+    key.legend(handles=handles, loc="upper left", fontsize=8, frameon=False)
+    key.text(0, 0.3, "filled: the release's stock connector\nhollow: the simulator with its preset\n"
+             "a release without a marker: not run\n(see the table) or not measurable", fontsize=9,
+             va="center", transform=key.transAxes)
     fig.suptitle(f"vLLM releases: {workload}", fontsize=12)
     return fig
