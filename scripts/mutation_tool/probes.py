@@ -86,12 +86,9 @@ def aligned_hits() -> None:
     prefix is whole blocks and the connector's hit ends on a chunk boundary, a chunk being whole
     blocks (core/scheduler.py ``_lookup``). Checked at every hit of the -small workloads, sync and
     async, and of a run with two blocks per chunk and a GPU prefix ending mid-chunk."""
-    from kvoffload.core.fixes import Fixes
     from kvoffload.core.scheduler import ReferenceConnectorScheduler
     from kvoffload.engine.config import EngineConfig
-    from kvoffload.engine.engine import Engine
     from kvoffload.engine.requests import RequestSpec
-    from kvoffload.workloads import load_workload
 
     matched = ReferenceConnectorScheduler.get_num_new_matched_tokens
     hits_seen = mid_chunk = 0
@@ -112,14 +109,7 @@ def aligned_hits() -> None:
     repeats = [RequestSpec(f"r{i}", shared[:18 + i % 3] + (i,), (7, 8), arrival_step=6 * i) for i in range(8)]
     ReferenceConnectorScheduler.get_num_new_matched_tokens = probed
     try:
-        runs = [(load_workload(name).requests, load_workload(name).engine)
-                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
-        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
-                 for other in ("sync", "async") if other != config.scheduling]
-        runs += [(repeats, two_block_chunks.replace(scheduling=mode)) for mode in ("sync", "async")]
-        for requests, config in runs:
-            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
-            assert record.crash is None, record.crash
+        _replay_clean(_replays() + [(repeats, two_block_chunks.replace(scheduling=mode)) for mode in ("sync", "async")])
     finally:
         ReferenceConnectorScheduler.get_num_new_matched_tokens = matched
     assert hits_seen > 0, "no connector hit: the probe did not reach the mutated line"
@@ -136,13 +126,10 @@ def live_identity() -> None:
     tight pool that preempts."""
     import dataclasses
 
-    from kvoffload.core.fixes import Fixes
     from kvoffload.core.request import Request
     from kvoffload.engine.config import EngineConfig
-    from kvoffload.engine.engine import Engine
     from kvoffload.engine.live import LiveRequest
     from kvoffload.engine.requests import RequestSpec
-    from kvoffload.workloads import load_workload
 
     assert Request.__eq__ is object.__eq__
     names = [f.name for f in dataclasses.fields(LiveRequest)]
@@ -163,14 +150,7 @@ def live_identity() -> None:
     saved = LiveRequest.__eq__, LiveRequest.__hash__
     LiveRequest.__eq__, LiveRequest.__hash__ = field_eq, None
     try:
-        runs = [(load_workload(name).requests, load_workload(name).engine)
-                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
-        runs += [(requests, config.replace(scheduling=other)) for requests, config in list(runs)
-                 for other in ("sync", "async") if other != config.scheduling]
-        runs += [(crowd, tight.replace(scheduling=mode)) for mode in ("sync", "async")]
-        for requests, config in runs:
-            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
-            assert record.crash is None, record.crash
+        _replay_clean(_replays() + [(crowd, tight.replace(scheduling=mode)) for mode in ("sync", "async")])
     finally:
         LiveRequest.__eq__, LiveRequest.__hash__ = saved
     assert comparisons > 0, "no live request was compared: the probe did not reach the queues"
@@ -198,6 +178,16 @@ def _replays() -> list:
     runs = [(load_workload(name).requests, load_workload(name).engine)
             for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
     return [(requests, config.replace(scheduling=mode)) for requests, config in runs for mode in ("sync", "async")]
+
+
+def _replay_clean(runs: list) -> None:
+    """Replay each (requests, engine config) with every fix on; none may crash."""
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine.engine import Engine
+
+    for requests, config in runs:
+        record = Engine(requests, config, Fixes(), max_steps=200_000).run()
+        assert record.crash is None, record.crash
 
 
 def async_commit_guard() -> None:
