@@ -68,3 +68,14 @@ class LoadErrorsUnreportedConnector(KVOffloadConnector):
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set()
+
+
+class ResetKeepsFinishedConnector(KVOffloadConnector):
+    """vLLM #46284 planted: reset_cache forgets the jobs but keeps a finished request that was
+    waiting for them; their completions come back stale and are ignored, so it stays tracked."""
+
+    def reset_cache(self) -> bool:
+        waiting = {req_id: state for req_id, state in self.core._requests.items() if state.req.status.is_finished}
+        done = super().reset_cache()
+        self.core._requests.update(waiting)
+        return done

@@ -29,6 +29,8 @@ PLANTED = [
      "FailedStoreVisibleConnector"),
     (tier.TestK28FailedStoreStaysInvisible().test_no_hit_from_a_failed_store, {"scheduling": "sync"},
      "FailedStoreVisibleConnector"),
+    (finish.TestK02FinishHookAndReset().test_reset_between_finish_and_completion_forgets_a, {"scheduling": "sync"},
+     "ResetKeepsFinishedConnector"),
     (finish.TestK05EveryStoredChunkIsServed().test_the_whole_prompt_comes_back, {"scheduling": "sync"},
      "NeverServesConnector"),
     (lifecycle.TestK09PreemptedStoresAreFlushed().test_preemption_waits_for_the_victims_stores,
