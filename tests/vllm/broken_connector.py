@@ -79,3 +79,11 @@ class ResetKeepsFinishedConnector(KVOffloadConnector):
         done = super().reset_cache()
         self.core._requests.update(waiting)
         return done
+
+
+class LoadsWhileStoringConnector(KVOffloadConnector):
+    """vLLM #46014 planted: the lookup of a re-admitted request does not wait for the stores it
+    still has in flight, so a load is built beside them (``assert not transfer_jobs``)."""
+
+    def choose_fixes(self, configured):
+        return configured.without("defer_lookup_while_transferring")

@@ -33,6 +33,7 @@ PLANTED = [
      "ResetKeepsFinishedConnector"),
     (finish.TestK05EveryStoredChunkIsServed().test_the_whole_prompt_comes_back, {"scheduling": "sync"},
      "NeverServesConnector"),
+    (lifecycle.TestK10NoLoadWhileStoresAreInFlight().test_the_lookup_waits_then_loads, {}, "LoadsWhileStoringConnector"),
     (lifecycle.TestK09PreemptedStoresAreFlushed().test_preemption_waits_for_the_victims_stores,
      {"scheduling": "sync"}, "FenceRemovedConnector"),
 ]
