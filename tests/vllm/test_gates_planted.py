@@ -2,7 +2,9 @@
 bug (``broken_connector.py``, loaded by module path as ``--kv-connector MODULE:CLASS`` would) makes
 the gate's story fail. (The gates a fix flag plants are proven by ``--kv-disable FLAG``:
 tests/gates/README.md, ``scripts/gates_table --matrix``, which CI does not run; K10's flag is
-planted here as a connector too, so CI keeps the gate's rebuilt story reaching its bug.)"""
+planted here as a connector too, so CI keeps the gate's rebuilt story reaching its bug.) K11's and
+K25's gates fail for no release, preset or fix flag in vLLM's scheduler: their plants, and the
+same replays passing against the reference beside them, are what proves them."""
 
 from __future__ import annotations
 
@@ -38,7 +40,19 @@ PLANTED = [
      "LoadsWhileStoringConnector"),
     (lifecycle.TestK09PreemptedStoresAreFlushed().test_preemption_waits_for_the_victims_stores,
      {"scheduling": "sync"}, "FenceRemovedConnector"),
+    (lifecycle.TestK11CursorAfterPreemption().test_preempted_spec_decode_requests_store_everything, {},
+     "PreemptedBlocksKeptConnector"),
+    (tier.TestK25AllocationFailure().test_b_retries_until_it_stores, {"scheduling": "sync"},
+     "FailedAllocationSkippedConnector"),
 ]
+
+
+# The reference passes every gate (the matrix's reference column, tests/gates/README.md, which CI
+# does not run). K11's and K25's gates pass for every release, preset and fix flag, so their
+# plants alone fail them: CI replays the reference beside those two, to show that the one rule
+# each plant changes is what fails the story.
+CONTROLLED = [(gate, arguments) for gate, arguments, planted in PLANTED
+              if planted in ("PreemptedBlocksKeptConnector", "FailedAllocationSkippedConnector")]
 
 
 @pytest.mark.parametrize("gate, arguments, planted", PLANTED,
@@ -47,3 +61,8 @@ def test_the_gate_fails_against_the_connector_that_ships_its_bug(gate, arguments
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     with pytest.raises(AssertionError):
         gate(GateConnector(f"broken_connector:{planted}", None), **arguments)
+
+
+@pytest.mark.parametrize("gate, arguments", CONTROLLED, ids=[gate.__qualname__.split(".")[0] for gate, _ in CONTROLLED])
+def test_the_same_story_passes_against_the_reference(gate, arguments):
+    gate(GateConnector("reference", None), **arguments)
