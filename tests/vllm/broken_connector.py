@@ -113,8 +113,8 @@ class PreemptedBlocksKeptConnector(KVOffloadConnector):
     """vLLM #52170 / #52211 planted: re-admission after a preemption keeps the block table the
     request had before and appends the new one (vLLM 0.32 clears it where the request resumes,
     ``_update_req_states`` in ``kv_connector/v1/offloading/scheduler.py``), so chunk i's store
-    reads the old table's block i, freed at the preemption and handed to another request since:
-    keys and block ids out of step. The stale table is longer than the keys, so vLLM's length
+    reads the old table's block i, freed at the preemption and handed out again since: keys and
+    block ids out of step. The stale table is longer than the keys, so vLLM's length
     assert cannot fire; the wrong block's KV is stored under the key and a later load of it is
     poisoned."""
 
