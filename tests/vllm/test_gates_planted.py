@@ -1,8 +1,8 @@
 """Each packaged vLLM gate whose bug no fix flag plants is proven here: a connector that ships the
 bug (``broken_connector.py``, loaded by module path as ``--kv-connector MODULE:CLASS`` would) makes
 the gate's story fail. (The gates a fix flag plants are proven by ``--kv-disable FLAG``:
-tests/gates/README.md, ``scripts/gates_table --matrix``, which CI does not run; K10's flag is
-planted here as a connector too, so CI keeps the gate's rebuilt story reaching its bug.)"""
+tests/gates/README.md, ``scripts/gates_table --matrix``; K10's flag is planted here as a
+connector too.) On demand, not in CI (its vLLM stage keeps within its time): scripts/vllm-on-demand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.vllm_on_demand]  # scripts/vllm-on-demand
 
 from kvoffload.gates import test_k01_k05_finish as finish  # noqa: E402
 from kvoffload.gates import test_k06_k20_lifecycle as lifecycle  # noqa: E402
