@@ -112,6 +112,7 @@ def test_simulator_and_vllm_scheduler_agree_per_request(name, scheduling):
         assert differ == [], f"vLLM's own connector admits differently: {differ[:3]}"
 
 
+@pytest.mark.vllm_on_demand  # scripts/vllm-on-demand; the main suite's story pins the observer's rule
 @pytest.mark.parametrize("story", READMITTED)
 def test_a_readmitted_requests_chunks_count_from_the_same_step_on_vllms_scheduler(story):
     """The smallest replay of the chunk that differed on the spec-decode-small gpu_blocks=24

@@ -75,6 +75,7 @@ def test_every_honoured_setting_has_a_reader():
     assert set(READERS) == set(HONOURED)
 
 
+@pytest.mark.vllm_on_demand  # about 4 s: scripts/vllm-on-demand (CI keeps the refusals below)
 @pytest.mark.parametrize("name", sorted(HONOURED))
 def test_a_setting_reaches_vllm(name):
     value, ours, stock = READERS[name]
