@@ -26,6 +26,14 @@ NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/engine/test_watchdog.py::TestWatchdog::test_steady_progress_for_longer_than_the_window_is_no_livelock",),
     "gate.py:core/ReplaceComparisonOperator_NotEq_Lt:0": (
         "tests/gate/test_gate.py::test_a_baseline_of_another_schema_is_refused_even_when_its_body_reads_as_v1",),
+    "core/jobs.py:core/ZeroIterationForLoop:7": (
+        "tests/perf/test_step_checks.py::"
+        "test_a_fenced_block_missing_from_the_fence_index_is_reported_at_the_next_full_check",),
+    "core/manager.py:core/ReplaceComparisonOperator_Eq_GtE:12": (
+        "tests/core/test_manager.py::test_the_full_check_agrees_with_a_chunk_pinned_by_two_loads",),
+    "core/stores.py:core/ReplaceBinaryOperator_Add_BitOr:3": (
+        "tests/core/test_connector_rules.py::TestNullBlocks::"
+        "test_with_three_blocks_per_chunk_a_chunk_is_judged_by_its_last_block",),
     # A test main gained after the snapshot (not written for this run): the full invariant check
     # every FULL_CHECK_EVERY_STEPS steps and at the end; the snapshot's main suite ran whole past it.
     "engine/engine.py:core/ReplaceComparisonOperator_Is_IsNot:2": (
