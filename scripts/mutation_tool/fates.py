@@ -43,6 +43,24 @@ NEW_TESTS: dict[str, tuple[str, ...]] = {
 }
 
 FATES: dict[str, tuple[str, str]] = {
+    "core/jobs.py:core/ReplaceComparisonOperator_Eq_LtE:3": (
+        "equivalent",
+        "I4's `kinds == {True}` made `kinds <= {True}`: kinds is the is_store set of a request's job ids, "
+        "asserted non-empty just before, and a non-empty subset of {True, False} is <= {True} exactly when "
+        "it is {True} (probes.py: one_kind_of_job)"),
+    "core/scheduler.py:core/AddNot:19": (
+        "equivalent",
+        "request_finished's `if last_block_at_finish: refresh_keys` made `if not`: the keys a refresh "
+        "appends are read by the lookup and the store path, each refreshing first, and by the cursor check, "
+        "which more keys only satisfy; a finished request is never looked up again and its finish-time "
+        "store goes through the store path (probes.py: finish_refresh, the -small workloads sync and async "
+        "with every fix, without last_block_at_finish and under the 0.25 preset: the same records)"),
+    "core/scheduler.py:core/ReplaceTrueWithFalse:3": (
+        "equivalent",
+        "reset_cache's `finish_signalled = True` made `False` for a finished request's state deleted from "
+        "_requests on the next line: the flag is read only on states looked up there (probes.py: "
+        "reset_forgets_the_state, replays with a reset every five steps and K02's finish-then-reset: the "
+        "same records, the line reached)"),
     "core/manager.py:core/NumberReplacer:31": (
         "equivalent",
         "keys[0] -> keys[-1] under `len(keys) == 1 and ...`: the `and` evaluates it only for a "

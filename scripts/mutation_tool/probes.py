@@ -190,6 +190,33 @@ def _replay_clean(runs: list) -> None:
         assert record.crash is None, record.crash
 
 
+def _mutated_method(cls, name: str, original: str, mutant: str):
+    """``cls.name`` compiled from its own source with ``original`` (found once) made ``mutant``:
+    the method as the mutant has it, in its module's namespace."""
+    import inspect
+    import sys
+    import textwrap
+
+    module = sys.modules[cls.__module__]
+    source = textwrap.dedent(inspect.getsource(getattr(cls, name)))
+    assert source.count(original) == 1, original
+    namespace = dict(vars(module))
+    exec(compile(source.replace(original, mutant), module.__file__, "exec"), namespace)
+    return namespace[name]
+
+
+def _outcome(requests, config, fixes=None, **engine_options) -> tuple:
+    """A traced replay's deterministic metrics, trace, invariant reports and crash."""
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine.engine import Engine
+    from kvoffload.metrics import MEASURED_METRICS, compute_metrics
+
+    record = Engine(requests, config, fixes or Fixes(), max_steps=200_000, trace=True, **engine_options).run()
+    metrics = compute_metrics(record)
+    return ({name: value for name, value in metrics.items() if name not in MEASURED_METRICS}, record.trace_events,
+            record.invariant_violations, record.crash)
+
+
 def async_commit_guard() -> None:
     """engine/scheduler.py update_from_output: the async cache_blocks guard
     ``(num_computed - placeholders) // bs > num_committed_blocks`` with ``-`` made ``<<``. With
@@ -198,21 +225,11 @@ def async_commit_guard() -> None:
     ``num_computed - placeholders`` and checks the same count itself) commits nothing. Checked
     by running the mutated method itself beside the original on the -small workloads, sync and
     async: every record equal, metrics and trace; and placeholders never negative there."""
-    import inspect
-    import textwrap
+    from kvoffload.engine.scheduler import SchedulerModel
 
-    from kvoffload.core.fixes import Fixes
-    from kvoffload.engine import scheduler as module
-    from kvoffload.engine.engine import Engine
-    from kvoffload.metrics import MEASURED_METRICS, compute_metrics
-
-    original = module.SchedulerModel.update_from_output
-    source = textwrap.dedent(inspect.getsource(original))
+    original = SchedulerModel.update_from_output
     guard = "(req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks"
-    assert source.count(guard) == 1
-    namespace = dict(vars(module))
-    exec(compile(source.replace(guard, guard.replace(" - ", " << ", 1)), module.__file__, "exec"), namespace)
-    mutated = namespace["update_from_output"]
+    mutated = _mutated_method(SchedulerModel, "update_from_output", guard, guard.replace(" - ", " << ", 1))
     negative = 0
 
     def watched(self, output):
@@ -220,20 +237,14 @@ def async_commit_guard() -> None:
         negative += sum(item.live.placeholders < 0 for item in output.scheduled)
         return mutated(self, output)
 
-    def run(requests, config):
-        record = Engine(requests, config, Fixes(), max_steps=200_000, trace=True).run()
-        assert record.crash is None, record.crash
-        metrics = compute_metrics(record)
-        return {name: value for name, value in metrics.items() if name not in MEASURED_METRICS}, record.trace_events
-
     runs = _replays()
-    before = [run(requests, config) for requests, config in runs]
-    module.SchedulerModel.update_from_output = watched
+    before = [_outcome(requests, config) for requests, config in runs]
+    SchedulerModel.update_from_output = watched
     try:
-        after = [run(requests, config) for requests, config in runs]
+        after = [_outcome(requests, config) for requests, config in runs]
     finally:
-        module.SchedulerModel.update_from_output = original
-    assert before == after
+        SchedulerModel.update_from_output = original
+    assert before == after and all(crash is None for *_, crash in before)
     assert negative == 0, negative
     print(f"    {len(runs)} replays: the same metrics and traces with the mutated guard")
 
@@ -275,9 +286,107 @@ def livelock_read_only() -> None:
                 and any(isinstance(t, ast.Attribute) for t in getattr(node, "targets", [getattr(node, "target", None)]))]
 
 
+def one_kind_of_job() -> None:
+    """core/jobs.py check_invariants, I4: ``kinds == {True} or len(ids) == 1`` with ``==`` made
+    ``<=``. ``kinds`` is the set of is_store over a request's job ids, and the check asserts the
+    list is non-empty just before it: a non-empty subset of {True, False} is <= {True} exactly
+    when it is {True}."""
+    for kinds in ({True}, {False}, {True, False}):
+        assert (kinds <= {True}) == (kinds == {True}), kinds
+    assert (set() <= {True}) != (set() == {True})  # the one set where they differ: an empty list
+    import inspect
+
+    from kvoffload.core.jobs import JobRegistry
+
+    source = inspect.getsource(JobRegistry.check_invariants)
+    guard, check = source.index('assert ids, f"empty job list kept'), source.index("kinds == {True}")
+    assert guard < check, "the non-empty check no longer comes first"
+
+
+def finish_refresh() -> None:
+    """core/scheduler.py request_finished: ``if self.fixes.last_block_at_finish: state.refresh_keys(..)``
+    made ``if not``. The keys a refresh appends are read by the lookup and the store path, each
+    of which refreshes first (get_num_new_matched_tokens; stores.py _store_request before it
+    takes a key), and by the cursor check, which more keys only satisfy. A finished request is
+    never looked up again; its finish-time store (the flag's, PR #48596) goes through
+    _store_request. So refreshing at the finish or not changes nothing, flag on or off. Checked:
+    the mutated method beside the original on the -small workloads, sync and async, with every
+    fix, with last_block_at_finish off, and under the 0.25 preset (touch-on-access, the rewinding
+    cursor): the same metrics, traces and invariant reports; and the refresh at the finish does
+    add keys in these runs."""
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.core.scheduler import ReferenceConnectorScheduler
+
+    original = ReferenceConnectorScheduler.request_finished
+    mutated = _mutated_method(ReferenceConnectorScheduler, "request_finished",
+                              "if self.fixes.last_block_at_finish:\n", "if not self.fixes.last_block_at_finish:\n")
+    keys_added = 0
+
+    def counted(self, req, block_ids=()):
+        nonlocal keys_added
+        state = self._requests.get(req.req_id)
+        if state is not None:  # what a refresh at this point appends, whichever method runs
+            known = len(state.offload_keys)
+            keys_added += (len(state.req.block_hashes) // self.config.blocks_per_chunk) - known > 0
+        return counted.method(self, req, block_ids)
+
+    runs = [(requests, config, fixes) for requests, config in _replays()
+            for fixes in (Fixes(), Fixes().without("last_block_at_finish"), Fixes.preset("vllm-0.25"))]
+    ReferenceConnectorScheduler.request_finished = counted
+    try:
+        counted.method = original
+        before = [_outcome(*run) for run in runs]
+        counted.method = mutated
+        after = [_outcome(*run) for run in runs]
+    finally:
+        ReferenceConnectorScheduler.request_finished = original
+    assert before == after
+    assert keys_added > 0, "no finish found keys to refresh: the probe did not reach the difference"
+    print(f"    {len(runs)} replays: the same records; {keys_added // 2} finishes with keys left to refresh")
+
+
+def reset_forgets_the_state() -> None:
+    """core/scheduler.py reset_cache: a finished request's ``state.finish_signalled = True`` made
+    ``False`` before ``del self._requests[req_id]``. The flag is read only on states looked up in
+    ``self._requests`` (build_connector_meta, _release_if_done through it or a completion's
+    lookup), and the state is deleted from it on the next line. Checked: the mutated method
+    beside the original on replays with a reset every few steps (the -small workloads, sync and
+    async, and K02's finish-then-reset), the same records; and the line is reached."""
+    from kvoffload.core.scheduler import ReferenceConnectorScheduler
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.requests import RequestSpec
+
+    original = ReferenceConnectorScheduler.reset_cache
+    mutated = _mutated_method(ReferenceConnectorScheduler, "reset_cache", "state.finish_signalled = True",
+                              "state.finish_signalled = False")
+    reached = 0
+
+    def counted(self):
+        nonlocal reached
+        reached += sum(state.req.status.is_finished and not state.finish_signalled for state in self._requests.values())
+        return counted.method(self)
+
+    tiny = EngineConfig(gpu_blocks=16, cpu_chunks=16, block_size=4, store_completion_steps=4)
+    finish_then_reset = [RequestSpec("A", tuple(range(1, 9)), (2,))]
+    runs = [(requests, config, range(3, 400, 5)) for requests, config in _replays()]
+    runs += [(finish_then_reset, tiny.replace(scheduling=mode), (at,)) for mode in ("sync", "async") for at in (1, 2)]
+    ReferenceConnectorScheduler.reset_cache = counted
+    try:
+        counted.method = original
+        before = [_outcome(requests, config, reset_cache_at=at) for requests, config, at in runs]
+        counted.method = mutated
+        after = [_outcome(requests, config, reset_cache_at=at) for requests, config, at in runs]
+    finally:
+        ReferenceConnectorScheduler.reset_cache = original
+    assert before == after
+    assert reached > 0, "no reset met a finished, unsignalled request: the probe did not reach the line"
+    print(f"    {len(runs)} replays with resets: the same records; the line ran {reached // 2} times")
+
+
 PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           live_identity, least_direction, async_commit_guard,
-          set_growth_threshold, livelock_read_only]
+          set_growth_threshold, livelock_read_only, one_kind_of_job, finish_refresh,
+          reset_forgets_the_state]
 
 if __name__ == "__main__":
     for probe in PROBES:
