@@ -125,6 +125,22 @@ class TestSyncDrafts:
         assert waiting.draft_slots == 3
 
 
+class TestSeededAcceptance:
+    """Without scripted accept counts the engine draws acceptance from its seeded model
+    (``spec_acceptance``, leading drafts only); at the two ends of the range the draw is certain."""
+
+    @pytest.mark.parametrize("acceptance, decode_steps", [(0.0, 11), (1.0, 4)])
+    def test_no_draft_or_every_draft_is_accepted(self, acceptance, decode_steps):
+        # r: 4 prompt tokens, 12 outputs, 2 drafts a step. The prefill samples the first output;
+        # each decode step schedules 1 + 2 tokens and yields 1 + the accepted drafts: 11 steps
+        # of one output at 0; 3 + 3 + 3 + 2 (the last capped by the scripted output) at 1.
+        config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, spec_tokens=2, spec_acceptance=acceptance)
+        record = Engine([RequestSpec("r", tuple(range(3, 7)), tuple(range(20, 32)))], config, strict=True,
+                        max_steps=100).run()
+        assert (record.finished_requests, record.output_tokens) == (1, 12)
+        assert record.scheduled_tokens == 4 + 3 * decode_steps
+
+
 class TestDecodePadding:
     """schedule(), waiting side: ``pad_spec_decode`` -- a request admitted with one token to
     compute is scheduled for a whole decode step, 1 + k, its drafts placeholders (-1)."""
