@@ -274,6 +274,28 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def cmd_recheck(args) -> int:
+    """The deselected tests again on the unmutated snapshot, with the snapshot's own tests: those
+    that pass now (the snapshot was fixed, not the tests: the first round's lacked
+    results/releases/) join the stages again. Exec's verdicts stand; the report names them."""
+    meta = json.loads((WORK / "meta.json").read_text())
+    if not meta.get("deselect"):
+        print("nothing deselected")
+        return 0
+    snapshot_tests()
+    command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "-rf", *meta["deselect"]]
+    ran = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
+    failing = [line.split(" - ")[0][len("FAILED "):] for line in ran.stdout.splitlines() if line.startswith("FAILED ")]
+    if ran.returncode not in (0, 1) or (ran.returncode == 1 and not failing):
+        print(ran.stdout[-3000:], file=sys.stderr)
+        return 1
+    meta.setdefault("deselect_in_exec", meta["deselect"])
+    meta["deselect"] = failing
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    print(f"still failing unmutated: {failing}; selected again: {sorted(set(meta['deselect_in_exec']) - set(failing))}")
+    return 0
+
+
 def snapshot_tests() -> None:
     """The snapshot's tests/ exactly as its commit had them: what the rest of CI (main, gate, vLLM)
     ran then. The branch's newer test files may test code newer than the snapshot and fail on it."""
@@ -493,7 +515,12 @@ def cmd_report(args) -> int:
              "Regenerate with the commands in docs/mutation.md.", "",
              f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
              f"Failing on the unmutated snapshot, so deselected from every run: "
-             f"{', '.join(meta.get('deselect', [])) or 'none'}. Unmutated run of every selected test: "
+             f"{', '.join(meta.get('deselect', [])) or 'none'}."
+             + (f" Deselected from exec only (they failed on an earlier round's snapshot, which lacked "
+                f"results/releases/, and pass on this one: `recheck`), so run in the stages: "
+                f"{', '.join(sorted(set(meta['deselect_in_exec']) - set(meta.get('deselect', []))))}."
+                if set(meta.get("deselect_in_exec", [])) - set(meta.get("deselect", [])) else "")
+             + " Unmutated run of every selected test: "
              f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time. "
              f"New tests failing on the unmutated snapshot (so killing nothing): "
              f"{', '.join(meta.get('new_failing_unmutated', [])) or 'none'}.", "",
@@ -538,6 +565,7 @@ def main() -> int:
     resample = sub.add_parser("resample")
     resample.add_argument("--sample", type=int, default=330)
     sub.add_parser("baseline")
+    sub.add_parser("recheck")
     execute = sub.add_parser("exec")
     execute.add_argument("--only", default="")
     execute.add_argument("--first", nargs="*", default=[], help="module prefixes to run before the rest")
@@ -549,7 +577,7 @@ def main() -> int:
                        help="main, gate, vllm: also the survivors a probe or a new test has resolved")
     sub.add_parser("report")
     args = parser.parse_args()
-    return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "exec": cmd_exec, "stage": cmd_stage,
+    return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "recheck": cmd_recheck, "exec": cmd_exec, "stage": cmd_stage,
             "report": cmd_report}[args.command](args)
 
 
