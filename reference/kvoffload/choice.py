@@ -6,6 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvoffload.core.fixes import Fixes
+from kvoffload.core.types import ConfigError
+
+STOCK = "stock"  # vLLM's own OffloadingConnector
+REFERENCE = "reference"  # kvoffload.vllm.connector
+
+
+def check_source(source: str, preset: str | None = None, disabled: tuple[str, ...] = ()) -> None:
+    """A ConfigError unless ``source`` names a connector vLLM can load (stock, reference or
+    MODULE:CLASS) and the preset and disabled fixes apply to it. Needs no vLLM: the gates' plugin
+    checks its options with it before pytest collects a gate (which imports vLLM)."""
+    if source not in (STOCK, REFERENCE):
+        module, sep, name = source.partition(":")
+        if not sep or not module or not name.isidentifier():
+            raise ConfigError(f"--connector expects stock, reference or MODULE:CLASS, got {source!r}")
+    if source == STOCK and (preset or disabled):
+        raise ConfigError("presets and disabled fixes apply to the reference connector, not to stock")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Mutation score of the test suite: plant each mutant of ``mutants.py`` in a copy of the tree,
 run the gates against it, and write the score and the survivors to ``results/mutation/``.
 
-    .venv/bin/python scripts/mutation [--only TEXT] [--jobs N] [--timeout S]
+    .venv/bin/python scripts/mutation [--only TEXT]... [--jobs N] [--timeout S]
 
 Why an own list rather than mutmut or cosmic-ray: no new dependency; every mutant is a plausible
 bug chosen by hand (the issue's survivors, the fix flags, the catalogue's mechanisms) instead of
@@ -81,14 +81,16 @@ def run_tests(tree: Path, timeout: int) -> tuple[str, str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="scripts/mutation", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="run the mutants whose name contains this text")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="run the mutants whose name contains this text (repeatable: any of them)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per mutant run")
     parser.add_argument("--out", default=str(ROOT / "results" / "mutation"))
     args = parser.parse_args()
-    chosen = [m for m in MUTANTS if args.only in m.name]
-    if not chosen:
-        print(f"error: no mutant name contains {args.only!r}", file=sys.stderr)
+    chosen = [m for m in MUTANTS if not args.only or any(text in m.name for text in args.only)]
+    unmatched = [text for text in args.only if not any(text in m.name for m in MUTANTS)]
+    if unmatched or not chosen:
+        print(f"error: no mutant name contains {unmatched[0] if unmatched else ''!r}", file=sys.stderr)
         return 2
     stale = [m for m in chosen if not applicable(m)]
     for m in stale:

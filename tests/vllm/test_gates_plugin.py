@@ -1,7 +1,11 @@
 """The packaged gates (``pytest --pyargs kvoffload.gates``) name the bug a planted connector
 ships: the reference with the final-token watermark switched off in code (vLLM PR #54288, the
-bug of 0.26-0.29) fails K04's gates and not the other finish-path gates; a bad connector name
-stops the run before any gate."""
+bug of 0.26-0.29) fails K04's gates and not the other finish-path gates; a bad connector name,
+preset or fix flag stops the run in one line before any gate is collected.
+
+The planted run goes through pytester in this process (vLLM and torch are imported once; a
+child pytest spent most of its time importing them again); the bad options go through a child
+pytest, which stops before importing either."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import pytest
 
 pytest.importorskip("vllm")
 pytestmark = pytest.mark.vllm
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,18 +37,28 @@ def _entry_point_registered() -> bool:
     return any(ep.value == "kvoffload.gates.plugin" for ep in entry_points(group="pytest11"))
 
 
-def test_a_connector_without_the_watermark_fails_k04_only():
+def test_a_connector_without_the_watermark_fails_k04_only(pytester, monkeypatch):
     """K04's gates and their neighbours on the finish path (K03, K07): only K04's fail. The whole
     plant table (every gate, every fix flag) is scripts/gates_table --matrix; CI keeps to these
     to stay within its time."""
-    done = run_gates("--kv-connector", "broken_connector:WatermarkOffConnector", "-k", "K03 or K04 or K07")
-    failed = sorted({line.split("::")[1] for line in done.stdout.splitlines() if line.startswith("FAILED ")})
-    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
-    assert failed == ["TestK04FinalTokenWatermark"]
-    assert " passed" in done.stdout  # K03's and K07's ran and passed
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # broken_connector
+    plugin = () if _entry_point_registered() else ("-p", "kvoffload.gates.plugin")
+    run = pytester.inline_run("-q", "-p", "no:cacheprovider", *plugin, "--pyargs", "kvoffload.gates",
+                              "--kv-connector", "broken_connector:WatermarkOffConnector", "-k", "K03 or K04 or K07")
+    passed, _, failed = run.listoutcomes()
+    assert run.ret == pytest.ExitCode.TESTS_FAILED
+    assert {report.nodeid.split("::")[1] for report in failed} == {"TestK04FinalTokenWatermark"}
+    assert passed  # K03's and K07's ran and passed
 
 
-def test_a_bad_connector_name_errors_before_any_gate():
-    done = run_gates("--kv-connector", "not a connector", "-x")
-    assert done.returncode != 0 and "expects stock, reference or MODULE:CLASS" in done.stdout + done.stderr
-    assert " passed" not in done.stdout
+@pytest.mark.parametrize("options, says", [
+    (("--kv-connector", "not a connector"), "expects stock, reference or MODULE:CLASS"),
+    (("--kv-connector", "stock", "--kv-preset", "vllm-0.26"), "apply to the reference connector"),
+    (("--kv-preset", "vllm-0.99"), "unknown preset 'vllm-0.99'"),
+    (("--kv-disable", "no_such_fix"), "no_such_fix"),
+], ids=["connector", "stock with a preset", "preset", "fix flag"])
+def test_a_bad_option_errors_in_one_line_before_any_gate(options, says):
+    done = run_gates(*options, "-x")
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if says in line]
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR and len(errors) == 1, done.stdout + done.stderr
+    assert " passed" not in done.stdout and "collected" not in done.stdout

@@ -18,6 +18,24 @@ def pytest_addoption(parser) -> None:
                     help="with --kv-connector reference: fix flags to switch off, comma-separated (kvoffload fixes)")
 
 
+def pytest_configure(config) -> None:
+    """Bad options end the run in one line before any gate is collected (collecting imports vLLM
+    and torch: tens of seconds)."""
+    from kvoffload.choice import check_source
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.core.types import ConfigError
+
+    option = config.getoption
+    disabled = tuple(name for name in option("--kv-disable").split(",") if name)
+    try:
+        Fixes().without(*disabled)  # an unknown fix name
+        if option("--kv-preset"):
+            Fixes.preset(option("--kv-preset"))  # an unknown preset
+        check_source(option("--kv-connector"), option("--kv-preset"), disabled)
+    except ConfigError as error:
+        raise pytest.UsageError(f"kvoffload gates: {error}") from None
+
+
 @dataclass(frozen=True)
 class GateConnector:
     source: str
@@ -32,12 +50,6 @@ class GateConnector:
 @pytest.fixture(scope="session")
 def kv_connector(request) -> GateConnector:
     pytest.importorskip("vllm", reason="the gates run in vLLM's scheduler: install the vllm extra")
-    from kvoffload.core.fixes import Fixes
-    from kvoffload.vllm.build import ConnectorLoad
-
-    option = request.config.getoption
-    source, preset = option("--kv-connector"), option("--kv-preset")
+    option = request.config.getoption  # checked by pytest_configure
     disabled = tuple(name for name in option("--kv-disable").split(",") if name)
-    Fixes().without(*disabled)  # an unknown fix name is a ConfigError before any gate runs
-    ConnectorLoad(source, preset, disabled)  # so is a bad connector name or combination
-    return GateConnector(source, preset, disabled)
+    return GateConnector(option("--kv-connector"), option("--kv-preset"), disabled)

@@ -31,6 +31,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
 from vllm.v1.structured_output import StructuredOutputManager
 
+from kvoffload.choice import REFERENCE, STOCK, check_source
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.vllm.compat import allocate_kv_caches, use_kv_cache_layout
@@ -46,9 +47,7 @@ DEFAULT_LAYOUT = "LBHNC"
 # CPUOffloadingSpec rounds each chunk up to a page (BLOCK_SIZE_ALIGNMENT, vllm/v1/kv_offload/cpu/spec.py).
 HOST_PAGE = 4096
 
-STOCK = "stock"
 STOCK_CLASS = "OffloadingConnector"
-REFERENCE = "reference"
 
 
 @dataclass(frozen=True)
@@ -62,12 +61,7 @@ class ConnectorLoad:
     disabled: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.source not in (STOCK, REFERENCE):
-            module, sep, name = self.source.partition(":")
-            if not sep or not module or not name.isidentifier():
-                raise ConfigError(f"--connector expects stock, reference or MODULE:CLASS, got {self.source!r}")
-        if self.source == STOCK and (self.preset or self.disabled):
-            raise ConfigError("presets and disabled fixes apply to the reference connector, not to stock")
+        check_source(self.source, self.preset, self.disabled)
 
     def transfer_config(self, engine: EngineConfig, transfer: str) -> KVTransferConfig:
         common = {"blocks_per_chunk": engine.blocks_per_chunk, "offload_prompt_only": engine.offload_prompt_only,
