@@ -355,12 +355,14 @@ def _exec(args) -> int:
     return 0
 
 
-def stage_command(stage: str, row: dict) -> list[str]:
+def stage_command(stage: str, row: dict, first: tuple[str, ...] = ()) -> list[str]:
     if stage == "new":  # the tests written for this survivor (fates.NEW_TESTS)
         from fates import NEW_TESTS
         return pytest_command(NEW_TESTS[key(row)])
     if stage == "main":  # the whole main suite, the files that import the mutated module first (-x)
-        return pytest_command((*importers(row["module"]), "tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES),
+        # ``first``: test files to run before the rest (a known likely killer): the order of a -x run
+        # changes only its time, not its verdict, since the whole suite runs if they pass
+        return pytest_command((*first, *importers(row["module"]), "tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES),
                                "-m", "not vllm"))
     if stage == "gate":
         return [PYTHON, "-m", "kvoffload.cli", "gate"]
@@ -438,6 +440,8 @@ def _stage(args) -> int:
             print(f"error: the main suite does not collect unmutated:\n{collected.stdout[-2000:]}", file=sys.stderr)
             return 1
     for row in survivors_after(args.stage):
+        if args.only and not any(text in key(row) for text in args.only):
+            continue
         if args.stage == "new" and (key(row) in FATES or key(row) not in NEW_TESTS
                                     or broken & set(NEW_TESTS[key(row)])):
             continue  # shown equivalent, no test written for it yet, or a test that fails unmutated
@@ -452,7 +456,7 @@ def _stage(args) -> int:
                 continue
             started = time.perf_counter()
             try:
-                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row)], cwd=TREE,
+                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row, tuple(args.first))], cwd=TREE,
                                      # the vLLM stage runs as CI runs it (.ci/run): every replay under one hash seed
                                      env=dict(env(), PYTHONHASHSEED="0") if args.stage == "vllm" else env(),
                                      capture_output=True, text=True, timeout=args.timeout)
@@ -573,6 +577,9 @@ def main() -> int:
     stage.add_argument("stage", choices=STAGES)
     stage.add_argument("--refresh-tests", action="store_true")
     stage.add_argument("--timeout", type=int, default=900)
+    stage.add_argument("--only", action="append", default=[], help="only the survivors whose key holds this text")
+    stage.add_argument("--first", action="append", default=[],
+                       help="main: a test file to run before the rest of the suite (a likely killer)")
     stage.add_argument("--all", action="store_true",
                        help="main, gate, vllm: also the survivors a probe or a new test has resolved")
     sub.add_parser("report")
