@@ -51,6 +51,10 @@ NEW_TESTS: dict[str, tuple[str, ...]] = {
     "engine/observer.py:core/ReplaceBinaryOperator_Add_LShift:3": (
         "tests/gates/test_k01_k05_finish.py::TestK04FinalTokenWatermark::"
         "test_the_chunk_stored_with_the_rejected_draft_counts_from_the_plan_that_stored_it",),
+    "engine/oracle.py:core/ReplaceBinaryOperator_Mul_BitOr:0": (
+        "tests/engine/test_oracle.py::test_a_whole_sequence_at_once_equals_the_recurrence_token_by_token",),
+    "engine/oracle.py:core/ReplaceBinaryOperator_Mul_Pow:3": (
+        "tests/engine/test_oracle.py::test_a_whole_sequence_at_once_equals_the_recurrence_token_by_token",),
     # A test main gained after the snapshot (not written for this run): the full invariant check
     # every FULL_CHECK_EVERY_STEPS steps and at the end; the snapshot's main suite ran whole past it.
     "engine/engine.py:core/ReplaceComparisonOperator_Is_IsNot:2": (
@@ -105,6 +109,35 @@ FATES: dict[str, tuple[str, str]] = {
         "the mutant's guard holds wherever the original's does, and where only it holds commit_computed "
         "commits nothing (it checks the same count itself) (probes.py: async_commit_guard, the mutated "
         "method run on the -small workloads sync and async: the same metrics and traces)"),
+    "engine/oracle.py:core/ReplaceComparisonOperator_LtE_Gt:0": (
+        "equivalent",
+        "the forward's `num_tokens <= SMALL_WRITE` made `>`: short and long prefills swap the Python and "
+        "numpy slot paths, which compute the same slots, and no two requests write one slot in a step "
+        "(probes.py: oracle_write_paths, every step's writes and every record of the -small workloads, "
+        "sync and async, equal)"),
+    "engine/oracle.py:core/NumberReplacer:41": (
+        "equivalent",
+        "the forward's draft branch `num_tokens > 1` made `> 0`: the branch before it takes "
+        "num_tokens == 1, so both agree on every integer (probes.py: draft_branch_bound)"),
+    "engine/oracle.py:core/NumberReplacer:62": (
+        "equivalent",
+        "check_loaded_slots' `reshape(-1)` made `reshape(-2)`: numpy 2 reads any negative size as the "
+        "unknown dimension (probes.py: reshape_any_negative)"),
+    "engine/oracle.py:core/AddNot:2": (
+        "equivalent",
+        "in CI, which has no GPU: the oracle's numpy view `if device is cpu` made `if not`, so on the CPU it "
+        "indexes the same storage through torch, slower; on a GPU it would fail (probes.py: "
+        "oracle_torch_writes_on_cpu, the -small workloads sync and async: the same records)"),
+    "engine/oracle.py:core/ReplaceComparisonOperator_Eq_IsNot:1": (
+        "equivalent",
+        "scripted_sequence's `len(tokens) == num_prompt_tokens` made `is not`: fingerprints are made before "
+        "any output is appended, so the prompt is always of prompt length, and both paths then give the "
+        "same sequence (probes.py: scripted_sequence_inputs, every call of the -small workloads and of "
+        "prompts past 256 tokens)"),
+    "engine/oracle.py:core/ReplaceAndWithOr:0": (
+        "equivalent",
+        "scripted_sequence's first `and` made `or`: the prompt is always an int32 array of prompt length "
+        "when fingerprints are made, where both take the fast path (probes.py: scripted_sequence_inputs)"),
     "engine/set_order.py:core/NumberReplacer:95": (
         "equivalent",
         "the set model's growth rule `fill <= 50000` made `<= 49999`: they differ only for a resize at a "

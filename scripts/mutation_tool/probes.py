@@ -12,7 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from replay_probes import (aligned_hits, async_commit_guard, finish_refresh, live_identity,  # noqa: E402
-                           reset_forgets_the_state, store_filter_or)
+                           oracle_torch_writes_on_cpu, oracle_write_paths, reset_forgets_the_state,
+                           scripted_sequence_inputs, store_filter_or)
 
 
 def one_key_index() -> None:
@@ -104,10 +105,34 @@ def one_kind_of_job() -> None:
     assert guard < check, "the non-empty check no longer comes first"
 
 
+def draft_branch_bound() -> None:
+    """engine/oracle.py forward: ``elif num_tokens > 1 and not item.prefill`` (drafts) made
+    ``> 0``. The branch before it takes ``num_tokens == 1``, so the two agree on every integer."""
+    for num_tokens in range(-3, 200):
+        for prefill in (False, True):
+            if num_tokens == 1:
+                continue
+            assert (num_tokens > 1 and not prefill) == (num_tokens > 0 and not prefill)
+
+
+def reshape_any_negative() -> None:
+    """engine/oracle.py check_loaded_slots: ``.reshape(-1)`` made ``.reshape(-2)``. The installed
+    numpy (2.x) reads any negative size as the one unknown dimension: the same flat array for
+    every (blocks, block size) table a load check builds. (A numpy that refused -2 would make
+    every load check fail, and the gates would catch it.)"""
+    import numpy as np
+
+    for blocks in range(1, 9):
+        for block_size in (1, 2, 4, 16):
+            table = np.arange(blocks)[:, None] * block_size + np.arange(block_size)[None, :]
+            assert np.array_equal(table.reshape(-2), table.reshape(-1))
+
+
 PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           live_identity, least_direction, async_commit_guard,
           set_growth_threshold, livelock_read_only, one_kind_of_job, finish_refresh,
-          reset_forgets_the_state]
+          reset_forgets_the_state, oracle_write_paths, oracle_torch_writes_on_cpu, scripted_sequence_inputs,
+          draft_branch_bound, reshape_any_negative]
 
 if __name__ == "__main__":
     for probe in PROBES:

@@ -290,3 +290,112 @@ def reset_forgets_the_state() -> None:
     assert before == after
     assert reached > 0, "no reset met a finished, unsignalled request: the probe did not reach the line"
     print(f"    {len(runs)} replays with resets: the same records; the line ran {reached // 2} times")
+
+
+def oracle_write_paths() -> None:
+    """engine/oracle.py forward: a prefill of at most SMALL_WRITE positions takes the Python slot
+    path, a longer one numpy's, and the mutant (``<=`` made ``>``) swaps them. Both compute the
+    slot of each position as ``blocks[position // bs] * bs + position % bs``, and no two
+    requests write one slot in one step (a shared block is a cached one, never rewritten), so
+    every step writes the same slot -> fingerprint map. Checked: the mutated method beside the
+    original on the -small workloads, sync and async, each step's writes and every record equal."""
+    from kvoffload.engine.oracle import SMALL_WRITE, KVOracle
+
+    original, write = KVOracle.forward, KVOracle._write_slots
+    mutated = _mutated_method(KVOracle, "forward", "elif num_tokens <= SMALL_WRITE:", "elif num_tokens > SMALL_WRITE:")
+    writes: list = []
+    prefills = {"small": 0, "big": 0}
+
+    def recorded(self, slots, values):
+        writes.append(dict(zip(slots.tolist(), values.tolist())))
+        return write(self, slots, values)
+
+    def counted(self, scheduled):
+        for item in scheduled:
+            if item.prefill and item.num_tokens > 1:
+                prefills["small" if item.num_tokens <= SMALL_WRITE else "big"] += 1
+        return mutated(self, scheduled)
+
+    KVOracle._write_slots = recorded
+    try:
+        before = [_outcome(requests, config) for requests, config in _replays()]
+        written_before, writes[:] = list(writes), []
+        KVOracle.forward = counted
+        after = [_outcome(requests, config) for requests, config in _replays()]
+    finally:
+        KVOracle.forward, KVOracle._write_slots = original, write
+    assert before == after and written_before == writes
+    assert prefills["small"] and prefills["big"], prefills
+    print(f"    {len(written_before)} forward steps ({prefills['small']} prefills of at most {SMALL_WRITE} positions, "
+          f"{prefills['big']} longer): the same slots and fingerprints, the same records")
+
+
+def oracle_torch_writes_on_cpu() -> None:
+    """engine/oracle.py KVOracle.__init__: ``numpy() if device is cpu else None`` made ``if not``.
+    On the CPU (CI has no GPU) the oracle then writes and reads its slots through torch indexing
+    instead of a numpy view of the same storage: the same bytes, only slower. (On a GPU the
+    mutant would call .numpy() on a CUDA tensor and fail.) Checked: the mutated constructor
+    beside the original on the -small workloads, sync and async: every record equal."""
+    from kvoffload.engine.oracle import KVOracle
+
+    original = KVOracle.__init__
+    mutated = _mutated_method(KVOracle, "__init__", 'if kv.gpu.device.type == "cpu"', 'if not kv.gpu.device.type == "cpu"')
+    torch_path = 0
+
+    def watched(self, *args, **kwargs):
+        nonlocal torch_path
+        mutated(self, *args, **kwargs)
+        torch_path += self._slot_fp_np is None
+
+    before = [_outcome(requests, config) for requests, config in _replays()]
+    KVOracle.__init__ = watched
+    try:
+        after = [_outcome(requests, config) for requests, config in _replays()]
+    finally:
+        KVOracle.__init__ = original
+    assert before == after and torch_path == len(after)
+    print(f"    {len(after)} replays through torch's indexing on the CPU: the same records")
+
+
+def scripted_sequence_inputs() -> None:
+    """engine/oracle.py scripted_sequence's fast path, ``isinstance(tokens, array) and typecode ==
+    TOKEN_TYPECODE and len(tokens) == num_prompt_tokens``, mutated two ways: ``and`` made ``or``,
+    and ``==`` made ``is not``. A request's fingerprints are made at its first forward or load
+    check, before any output is appended: every call sees its prompt as an int32 array of prompt
+    length, where the first mutant takes the same path, and the second takes the fast path or
+    the fallback (``is not`` on equal ints: False for CPython's cached small ints), which give the
+    same sequence. Checked on every call of the -small workloads, sync and async, and of prompts
+    past 256 tokens."""
+    from array import array
+
+    import numpy as np
+
+    from kvoffload.core.types import TOKEN_TYPECODE
+    from kvoffload.engine import oracle
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.requests import RequestSpec
+
+    original = oracle.scripted_sequence
+    calls = long_prompts = 0
+
+    def checked(live):
+        nonlocal calls, long_prompts
+        tokens = live.req.all_token_ids
+        assert isinstance(tokens, array) and tokens.typecode == TOKEN_TYPECODE, type(tokens)
+        assert len(tokens) == live.spec.num_prompt_tokens, (live.req_id, len(tokens))
+        fast = original(live)
+        assert np.array_equal(fast, np.asarray(live.truth, dtype=np.int64))  # the fallback's sequence
+        calls += 1
+        long_prompts += len(tokens) > 256
+        return fast
+
+    long = [RequestSpec(f"L{i}", tuple(range(3 + i, 303 + i)), (7, 8), arrival_step=i) for i in range(3)]
+    roomy = EngineConfig(gpu_blocks=256, cpu_chunks=256, block_size=16, max_num_batched_tokens=512)
+    oracle.scripted_sequence = checked
+    try:
+        _replay_clean(_replays() + [(long, roomy.replace(scheduling=mode)) for mode in ("sync", "async")])
+    finally:
+        oracle.scripted_sequence = original
+    assert calls > 0 and long_prompts > 0
+    print(f"    {calls} fingerprint sequences made, {long_prompts} of prompts past 256 tokens: each from a "
+          "prompt-length int32 array, fast path equal to the fallback")
