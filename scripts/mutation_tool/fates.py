@@ -55,6 +55,9 @@ NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/engine/test_oracle.py::test_a_whole_sequence_at_once_equals_the_recurrence_token_by_token",),
     "engine/oracle.py:core/ReplaceBinaryOperator_Mul_Pow:3": (
         "tests/engine/test_oracle.py::test_a_whole_sequence_at_once_equals_the_recurrence_token_by_token",),
+    "engine/requests.py:core/NumberReplacer:2": (
+        "tests/engine/test_feed.py::"
+        "test_a_follow_up_that_names_no_think_time_arrives_the_step_after_its_parent_finished",),
     # A test main gained after the snapshot (not written for this run): the full invariant check
     # every FULL_CHECK_EVERY_STEPS steps and at the end; the snapshot's main suite ran whole past it.
     "engine/engine.py:core/ReplaceComparisonOperator_Is_IsNot:2": (
@@ -138,6 +141,21 @@ FATES: dict[str, tuple[str, str]] = {
         "equivalent",
         "scripted_sequence's first `and` made `or`: the prompt is always an int32 array of prompt length "
         "when fingerprints are made, where both take the fast path (probes.py: scripted_sequence_inputs)"),
+    "engine/oracle.py:core/ReplaceComparisonOperator_Lt_IsNot:0": (
+        "equivalent",
+        "_draft_fingerprints' `j < accepted` made `j is not accepted`: the drafts after the first rejected one "
+        "get true fingerprints, but only loads read a slot, only from stored chunks, and a stored chunk ends "
+        "at a computed position (rewritten by its forward) or, without K04's watermark, at the final token: "
+        "the first rejected draft's slot (probes.py: later_rejected_drafts, 388 replays with and without the "
+        "watermark, poisoned loads included: the same records)"),
+    "engine/record.py:core/ReplaceTrueWithFalse:1": (
+        "equivalent",
+        "FenceViolation's `frozen=True` made `frozen=False`: nothing hashes or assigns one (built in one "
+        "expression by the oracle, appended, counted and formatted) (probes.py: fence_violation_read_only)"),
+    "engine/requests.py:core/NumberReplacer:10": (
+        "equivalent",
+        "RequestSpec's `(abort_after_steps or 0) < 0` made `or 1`: they differ only for None or 0, where "
+        "both are non-negative (probes.py: unset_abort_time)"),
     "engine/set_order.py:core/NumberReplacer:95": (
         "equivalent",
         "the set model's growth rule `fill <= 50000` made `<= 49999`: they differ only for a resize at a "

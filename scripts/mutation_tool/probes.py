@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from replay_probes import (aligned_hits, async_commit_guard, finish_refresh, live_identity,  # noqa: E402
-                           oracle_torch_writes_on_cpu, oracle_write_paths, reset_forgets_the_state,
-                           scripted_sequence_inputs, store_filter_or)
+                           fence_violation_read_only, later_rejected_drafts, oracle_torch_writes_on_cpu,
+                           oracle_write_paths, reset_forgets_the_state, scripted_sequence_inputs, store_filter_or)
 
 
 def one_key_index() -> None:
@@ -128,11 +128,19 @@ def reshape_any_negative() -> None:
             assert np.array_equal(table.reshape(-2), table.reshape(-1))
 
 
+def unset_abort_time() -> None:
+    """engine/requests.py RequestSpec's check ``(abort_after_steps or 0) < 0`` made ``or 1``: the two
+    differ only for a falsy value (None or 0), where both give a non-negative number."""
+    for value in (None, 0, 1, 5, -1, -7):
+        assert ((value or 0) < 0) == ((value or 1) < 0), value
+
+
 PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           live_identity, least_direction, async_commit_guard,
           set_growth_threshold, livelock_read_only, one_kind_of_job, finish_refresh,
           reset_forgets_the_state, oracle_write_paths, oracle_torch_writes_on_cpu, scripted_sequence_inputs,
-          draft_branch_bound, reshape_any_negative]
+          draft_branch_bound, reshape_any_negative, later_rejected_drafts, fence_violation_read_only,
+          unset_abort_time]
 
 if __name__ == "__main__":
     for probe in PROBES:

@@ -399,3 +399,104 @@ def scripted_sequence_inputs() -> None:
     assert calls > 0 and long_prompts > 0
     print(f"    {calls} fingerprint sequences made, {long_prompts} of prompts past 256 tokens: each from a "
           "prompt-length int32 array, fast path equal to the fallback")
+
+
+def later_rejected_drafts() -> None:
+    """engine/oracle.py _draft_fingerprints: ``j < item.accepted`` made ``j is not item.accepted``:
+    every draft but the first rejected one then gets its true fingerprint. Only loads read a
+    slot's fingerprint, and only from stored chunks; a chunk is stored once its positions are
+    computed (the forward that computes a position rewrites its slot), or, without the final-
+    token watermark (K04), up to the final token, which is the bonus token after the accepted
+    drafts: the first rejected draft's slot. So the later rejected drafts' slots are rewritten
+    before anything reads them. Checked: the mutated method beside the original on the
+    spec-decode-small workload and on K04's story (k = 2 and 3, accepting 0 or 1, prompts of 3
+    to 8, 2 to 5 outputs), each sync and async, with every fix and without the watermark: the
+    same records (poisoned loads included), and the mutant does write true fingerprints there."""
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.oracle import KVOracle
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.workloads import load_workload
+
+    original = KVOracle._draft_fingerprints
+    mutated = _mutated_method(KVOracle, "_draft_fingerprints", "if j < item.accepted and", "if j is not item.accepted and")
+    differing = 0
+
+    def counted(self, item):
+        nonlocal differing
+        written = mutated(self, item)
+        differing += sum(mine != theirs for mine, theirs in zip(written, original(self, item)))
+        return written
+
+    def tokens(seed, n):
+        return tuple((seed * 7919 + i * 104729) % 30000 + 3 for i in range(n))
+
+    tiny = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=64)
+    runs = []
+    for k in (2, 3):
+        for accepts in ((0,), (1,)):
+            for prompt in range(3, 9):
+                for outputs in range(2, 6):
+                    a = RequestSpec("A", tokens(1, prompt), tokens(2, outputs), accept_counts=accepts)
+                    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + tokens(77, 4), tokens(78, 2),
+                                    parent="A", think_steps=3)
+                    runs.append(([a, c], tiny.replace(spec_tokens=k)))
+    spec = load_workload("spec-decode-small")
+    runs.append((spec.requests, spec.engine))
+    runs = [(requests, config.replace(scheduling=mode), fixes) for requests, config in runs for mode in ("sync", "async")
+            for fixes in (Fixes(), Fixes().without("final_token_watermark"))]
+    before = [_outcome(*run) for run in runs]
+    KVOracle._draft_fingerprints = counted
+    try:
+        after = [_outcome(*run) for run in runs]
+    finally:
+        KVOracle._draft_fingerprints = original
+    assert before == after
+    poisoned = sum(metrics["poisoned_loads"] > 0 for metrics, *_ in before)
+    assert differing > 0 and poisoned > 0, (differing, poisoned)
+    print(f"    {len(runs)} replays ({poisoned} with poisoned loads): the same records; {differing} draft slots "
+          "the mutant wrote with their true fingerprint")
+
+
+def fence_violation_read_only() -> None:
+    """engine/record.py: ``@dataclass(frozen=True)`` made ``frozen=False`` on FenceViolation. Freezing
+    forbids assigning a field and derives a hash; nothing does either: the oracle builds each one
+    in one expression (the one place that does), the engine appends them to the record's list and
+    formats the first, the metrics count them. Checked on the fence story of tests/metrics (A's
+    freed final block handed to B before A's final store is copied), with and without
+    submit-before-wait, sync and async: under the original's frozen class with hashing made to
+    fail, the runs and their metrics complete, with violations where the fix is off."""
+    from pathlib import Path
+
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine.config import EngineConfig
+    from kvoffload.engine.engine import Engine
+    from kvoffload.engine.record import FenceViolation
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.metrics import compute_metrics
+
+    package = Path(__file__).resolve().parents[2] / "reference" / "kvoffload"
+    builders = [path.relative_to(package).as_posix() for path in package.rglob("*.py") if "FenceViolation(" in path.read_text()]
+    assert builders == ["engine/oracle.py"], builders
+
+    def unhashable(self):
+        raise AssertionError("a FenceViolation was hashed")
+
+    config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, max_num_seqs=8, max_num_batched_tokens=128)
+    a = RequestSpec("A", tuple(range(10, 16)), (20, 21, 22))
+    c = RequestSpec("C", a.prompt_token_ids + a.output_token_ids + (30, 31, 32, 33), (40, 41), parent="A", think_steps=3)
+    b = RequestSpec("B", tuple(range(100, 220)), (54, 55), parent="A", think_steps=0)
+    hash_before, FenceViolation.__hash__ = FenceViolation.__hash__, unhashable
+    seen = 0
+    try:
+        for mode in ("sync", "async"):
+            for fixes in (Fixes(), Fixes().without("flush_submits_before_wait")):
+                record = Engine([a, c, b], config.replace(scheduling=mode), fixes, max_steps=200).run()
+                assert record.crash is None, record.crash
+                assert compute_metrics(record)["fence_violations"] == len(record.fence_violations)
+                seen += len(record.fence_violations)
+                [str(violation) for violation in record.fence_violations]
+    finally:
+        FenceViolation.__hash__ = hash_before
+    assert seen > 0, "no fence violation: the probe did not reach one"
+    print(f"    {seen} fence violations recorded, counted and formatted; none hashed or assigned")

@@ -22,3 +22,11 @@ def test_a_follow_up_due_between_two_waiting_arrivals_delays_neither():
             feed.parent_finished("R", step)
     assert arrived == {"R": 0, "X": 20, "C": 25, "Y": 30}
     assert not feed.has_pending()
+
+
+def test_a_follow_up_that_names_no_think_time_arrives_the_step_after_its_parent_finished():
+    feed = ArrivalFeed([RequestSpec("R", (1, 2), (3,)), RequestSpec("C", (1, 2, 3, 4), (5,), parent="R")])
+    assert [spec.req_id for spec in feed.arrivals(0)] == ["R"]
+    feed.parent_finished("R", 6)
+    assert feed.next_arrival_step() == 7
+    assert [spec.req_id for spec in feed.arrivals(7)] == ["C"]
