@@ -1,6 +1,6 @@
 """Probes for the mutants ``fates.py`` calls equivalent: each runs the original and the mutated
 expression over every input the guarded code can see and asserts they agree. Those that replay
-the engine live in ``replay_probes.py``; this file runs them all.
+the engine live in ``replay_probes.py`` and ``oracle_probes.py``; this file runs them all.
 
     .venv/bin/python scripts/mutation_tool/probes.py
 """
@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from oracle_probes import (fence_violation_read_only, later_rejected_drafts, oracle_torch_writes_on_cpu,  # noqa: E402
+                           oracle_write_paths, scripted_sequence_inputs)
 from replay_probes import (aligned_hits, async_commit_guard, finish_refresh, live_identity,  # noqa: E402
-                           fence_violation_read_only, later_rejected_drafts, oracle_torch_writes_on_cpu,
-                           oracle_write_paths, reset_forgets_the_state, scripted_sequence_inputs, store_filter_or)
+                           reset_forgets_the_state, store_filter_or)
 
 
 def one_key_index() -> None:
