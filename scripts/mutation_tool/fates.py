@@ -156,6 +156,17 @@ FATES: dict[str, tuple[str, str]] = {
         "equivalent",
         "RequestSpec's `(abort_after_steps or 0) < 0` made `or 1`: they differ only for None or 0, where "
         "both are non-negative (probes.py: unset_abort_time)"),
+    "engine/scheduler.py:core/NumberReplacer:66": (
+        "equivalent",
+        "blocks_held_by's `kept[0] is not blocks` made `kept[1] is not blocks`: kept[1] is the table's length, "
+        "never the table, so the mutant rebuilds set(blocks) each call instead of growing the kept set, which "
+        "equals it (probes.py: held_set_rebuilt, every call on the -small workloads and preempting replays)"),
+    "engine/scheduler.py:core/ReplaceComparisonOperator_Eq_IsNot:1": (
+        "equivalent",
+        "_schedule_waiting's `scheduling == \"async\"` made `is not`: it only decides whether a joining "
+        "request's known tokens add its placeholders, and a request joins with none (probes.py: "
+        "joins_without_placeholders, every join of the -small workloads and preempting replays, sync and "
+        "async; the same records)"),
     "engine/set_order.py:core/NumberReplacer:95": (
         "equivalent",
         "the set model's growth rule `fill <= 50000` made `<= 49999`: they differ only for a resize at a "

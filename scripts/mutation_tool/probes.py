@@ -13,8 +13,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from oracle_probes import (fence_violation_read_only, later_rejected_drafts, oracle_torch_writes_on_cpu,  # noqa: E402
                            oracle_write_paths, scripted_sequence_inputs)
-from replay_probes import (aligned_hits, async_commit_guard, finish_refresh, live_identity,  # noqa: E402
-                           reset_forgets_the_state, store_filter_or)
+from replay_probes import (aligned_hits, async_commit_guard, finish_refresh, held_set_rebuilt,  # noqa: E402
+                           joins_without_placeholders, live_identity, reset_forgets_the_state, store_filter_or)
 
 
 def one_key_index() -> None:
@@ -141,7 +141,7 @@ PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           set_growth_threshold, livelock_read_only, one_kind_of_job, finish_refresh,
           reset_forgets_the_state, oracle_write_paths, oracle_torch_writes_on_cpu, scripted_sequence_inputs,
           draft_branch_bound, reshape_any_negative, later_rejected_drafts, fence_violation_read_only,
-          unset_abort_time]
+          unset_abort_time, held_set_rebuilt, joins_without_placeholders]
 
 if __name__ == "__main__":
     for probe in PROBES:

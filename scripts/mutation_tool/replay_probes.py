@@ -290,3 +290,79 @@ def reset_forgets_the_state() -> None:
     assert before == after
     assert reached > 0, "no reset met a finished, unsignalled request: the probe did not reach the line"
     print(f"    {len(runs)} replays with resets: the same records; the line ran {reached // 2} times")
+
+
+def _preempting_replays() -> list:
+    """(requests, engine config) of multi-turn-small in a small pool with slow copies, both
+    schedulings: preemptions give requests new block tables while their stores wait to be copied."""
+    from kvoffload.workloads import load_workload
+
+    settings = {"gpu_blocks": "28", "store_completion_steps": "6", "blocks_per_chunk": "1"}
+    return [(workload.requests, workload.engine) for workload in
+            (load_workload("multi-turn-small", {**settings, "scheduling": mode}) for mode in ("sync", "async"))]
+
+
+def held_set_rebuilt() -> None:
+    """engine/scheduler.py blocks_held_by: the kept set's ``kept[0] is not blocks`` made
+    ``kept[1] is not blocks``. kept[1] is the table's length, an int, never the table: the
+    mutant rebuilds ``set(blocks)`` on every call instead of growing the kept one. The same
+    answer wherever the kept set equals its table: checked at every call (the fence check's) on
+    the -small workloads and on preempting replays with copies in flight, sync and async."""
+    from kvoffload.engine.scheduler import SchedulerModel
+
+    original = SchedulerModel.blocks_held_by
+    calls = 0
+
+    def checked(self, req_id):
+        nonlocal calls
+        held = original(self, req_id)
+        owner = self.live.get(req_id)
+        assert set(held) == (set(owner.blocks) if owner is not None else set()), req_id
+        calls += 1
+        return held
+
+    SchedulerModel.blocks_held_by = checked
+    try:
+        _replay_clean(_replays() + _preempting_replays())
+    finally:
+        SchedulerModel.blocks_held_by = original
+    assert calls > 100, calls
+    print(f"    {calls} calls: each kept set equal to the set of its table")
+
+
+def joins_without_placeholders() -> None:
+    """engine/scheduler.py _schedule_waiting: ``asynchronous = scheduling == "async"`` made ``is not``.
+    It only decides whether a joining request's ``known`` tokens add its placeholders, and a
+    request joins from the waiting queues with none (a new one, a loaded one, or one whose
+    preemption dropped its outputs in flight): both sides of the test give the same count.
+    Checked: every join of the -small workloads and of preempting replays, sync and async, has
+    no placeholders, and the mutated method beside the original gives the same records."""
+    from kvoffload.engine.admission import Admission
+    from kvoffload.engine.scheduler import SchedulerModel
+
+    original_admit, original_method = Admission.admit, SchedulerModel._schedule_waiting
+    mutated = _mutated_method(SchedulerModel, "_schedule_waiting", 'asynchronous = self.config.scheduling == "async"',
+                              'asynchronous = self.config.scheduling is not "async"')
+    joins = 0
+
+    def admit(self, budget, join_step):
+        def checked(live, count):
+            nonlocal joins
+            assert live.placeholders == 0, (live.req_id, live.placeholders)
+            joins += 1
+            return join_step(live, count)
+        return original_admit(self, budget, checked)
+
+    runs = _replays() + _preempting_replays()
+    Admission.admit = admit
+    try:
+        before = [_outcome(requests, config) for requests, config in runs]
+        SchedulerModel._schedule_waiting = mutated
+        after = [_outcome(requests, config) for requests, config in runs]
+    finally:
+        Admission.admit, SchedulerModel._schedule_waiting = original_admit, original_method
+    assert before == after and joins > 0
+    preempted = sum(metrics["preemptions"] for metrics, *_ in before)
+    assert preempted > 0, "no preemption: no request joined again"
+    print(f"    {joins // 2} joins ({preempted} after a preemption), none with placeholders; "
+          f"{len(runs)} replays: the same records")
