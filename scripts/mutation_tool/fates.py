@@ -62,6 +62,17 @@ NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/engine/test_set_order.py::test_the_model_iterates_as_a_real_set_started_with_that_seed",),
     "engine/set_order.py:core/NumberReplacer:112": (
         "tests/engine/test_set_order.py::test_past_50000_entries_the_model_grows_the_table_as_cpython_does",),
+    "metrics.py:core/NumberReplacer:18": (
+        "tests/metrics/test_metrics.py::test_each_percentile_is_the_nearest_rank_at_its_own_q",),
+    "metrics.py:core/NumberReplacer:26": (
+        "tests/metrics/test_metrics.py::test_each_percentile_is_the_nearest_rank_at_its_own_q",),
+    "metrics.py:core/NumberReplacer:28": (
+        "tests/metrics/test_metrics.py::test_each_percentile_is_the_nearest_rank_at_its_own_q",),
+    "gate.py:core/ReplaceComparisonOperator_LtE_GtE:0": (
+        "tests/gate/test_gate.py::"
+        "test_the_offending_value_is_quoted_whole_when_short_and_cut_to_40_characters_when_long",),
+    "gate.py:core/NumberReplacer:39": (
+        "tests/gate/test_gate.py::test_the_table_aligns_baseline_now_and_change_to_the_right",),
     # A test main gained after the snapshot (not written for this run): the full invariant check
     # every FULL_CHECK_EVERY_STEPS steps and at the end; the snapshot's main suite ran whole past it.
     "engine/engine.py:core/ReplaceComparisonOperator_Is_IsNot:2": (

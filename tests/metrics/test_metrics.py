@@ -190,6 +190,24 @@ def test_connector_time_per_step_is_in_microseconds():
     assert compute_metrics(record)["connector_us_per_step"] == 125_000.0  # exact in binary floats
 
 
+@pytest.mark.parametrize("values, p50, p99, unit", [
+    ("store_submit_delays", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99", 1),
+    ("store_visible_delays", "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", 1),
+    ("ttft_seconds", "ttft_ms_p50", "ttft_ms_p99", 1e-3),
+    ("tpot_seconds", "tpot_ms_p50", "tpot_ms_p99", 1e-3),
+])
+def test_each_percentile_is_the_nearest_rank_at_its_own_q(values, p50, p99, unit):
+    """101 values, 1 to 101 (steps, or ms of a real model's timings), shuffled: the nearest rank
+    of p50 is ceil(50.5) = 51 and of p99 ceil(99.99) = 100, so p51 (52) or p100 (the largest,
+    101) would show. With 100 values or fewer p99 is the largest, and could not tell them apart."""
+    import random
+
+    record = RunRecord(model_run=True)
+    getattr(record, values).extend(value * unit for value in random.Random(0).sample(range(1, 102), 101))
+    metrics = compute_metrics(record)
+    assert (metrics[p50], metrics[p99]) == pytest.approx((51, 100))
+
+
 class TierBytes:
     """The content oracle as engine/final_chunks.py reads it: the fingerprint each tier slot holds,
     and each request's KV (A's and B's chunk 0 hold the same KV, X's other KV)."""
