@@ -136,6 +136,30 @@ def unset_abort_time() -> None:
         assert ((value or 0) < 0) == ((value or 1) < 0), value
 
 
+def _set_order_ids() -> list[list[str]]:
+    """Request-id-like strings as the set-order stories draw them (1, 2 and 4 bytes per code
+    point), 200 lists of up to 300, and 200,000 more in one list."""
+    import random
+
+    rng = random.Random(0)
+    prefixes = ["req-", "c3-t", "A", "\u00e9", "\u4e2d", "\U0001f600", ""]
+    lists = [[rng.choice(prefixes) + str(rng.randrange(10 ** rng.randint(1, 9))) for _ in range(rng.randint(0, 300))]
+             for _ in range(200)]
+    return lists + [[f"req-{i}" for i in range(200_000)]]
+
+
+def no_hash_of_minus_one() -> None:
+    """engine/set_order.py str_hash: CPython's ``-2 if hash == -1`` (-1 is its error value) made
+    ``-1``. They differ only for a string whose SipHash-1-3 is 2**64 - 1: none is known, and
+    finding one takes about 2**64 tries. Checked: no id of the set-order stories' kind, 200,000
+    and more under four seeds, hashes to -1 or -2 (either would need that value)."""
+    from kvoffload.engine import set_order
+
+    for seed in (set_order.HASH_SEED, 1, 4242, 2**32 - 1):
+        for ids in _set_order_ids():
+            assert all(set_order.str_hash(text, seed) not in (-1, -2) for text in ids)
+
+
 def distinct_hashes() -> None:
     """engine/set_order.py _probe: ``entry[0] == hashed and entry[1] == text`` (already in the set)
     made ``or``. Equal texts have equal hashes, so the two differ only for two distinct strings
@@ -143,7 +167,6 @@ def distinct_hashes() -> None:
     the ids of the set-order stories and 200,000 more, under four seeds, have distinct hashes, and
     the mutated probe gives the same orders."""
     import inspect
-    import random
     import textwrap
 
     from kvoffload.engine import set_order
@@ -153,11 +176,7 @@ def distinct_hashes() -> None:
     assert source.count(original) == 1
     namespace = dict(vars(set_order))
     exec(compile(source.replace(original, original.replace(" and ", " or ")), set_order.__file__, "exec"), namespace)
-    rng = random.Random(0)
-    prefixes = ["req-", "c3-t", "A", "\u00e9", "\u4e2d", "\U0001f600", ""]
-    lists = [[rng.choice(prefixes) + str(rng.randrange(10 ** rng.randint(1, 9))) for _ in range(rng.randint(0, 300))]
-             for _ in range(200)]
-    lists.append([f"req-{i}" for i in range(200_000)])
+    lists = _set_order_ids()
     for seed in (set_order.HASH_SEED, 1, 4242, 2**32 - 1):
         for ids in lists:
             texts = set(ids)
@@ -176,7 +195,8 @@ PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           set_growth_threshold, livelock_read_only, one_kind_of_job, finish_refresh,
           reset_forgets_the_state, oracle_write_paths, oracle_torch_writes_on_cpu, scripted_sequence_inputs,
           draft_branch_bound, reshape_any_negative, later_rejected_drafts, fence_violation_read_only,
-          unset_abort_time, held_set_rebuilt, joins_without_placeholders, distinct_hashes]
+          unset_abort_time, held_set_rebuilt, joins_without_placeholders, distinct_hashes,
+          no_hash_of_minus_one]
 
 if __name__ == "__main__":
     for probe in PROBES:

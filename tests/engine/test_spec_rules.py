@@ -141,6 +141,16 @@ class TestSeededAcceptance:
         assert record.scheduled_tokens == 4 + 3 * decode_steps
 
 
+def test_a_decode_step_with_k_drafts_may_need_the_blocks_of_1_plus_k_positions():
+    """spec.step_blocks: what an async load leaves free for one decode step with drafts (vLLM's
+    _spec_decode_step_blocks): the real token and k drafts. With 4-token blocks, k = 3 fits one
+    block and k = 4 may need two; no drafts, nothing reserved."""
+    from kvoffload.engine.spec import step_blocks
+
+    blocks = {k: step_blocks(EngineConfig(block_size=4, spec_tokens=k)) for k in (0, 3, 4, 7, 8)}
+    assert blocks == {0: 0, 3: 1, 4: 2, 7: 2, 8: 3}
+
+
 class TestDecodePadding:
     """schedule(), waiting side: ``pad_spec_decode`` -- a request admitted with one token to
     compute is scheduled for a whole decode step, 1 + k, its drafts placeholders (-1)."""
