@@ -1,5 +1,6 @@
 """Survivors of the whole CI shown equivalent, each with its probe: the reason no input tells
-the mutant from the original, checked where a check is possible (``probes.py``). Keyed
+the mutant from the original, checked where a check is possible (``probes.py``, which also runs
+those of ``replay_probes.py`` and ``oracle_probes.py``). Keyed
 ``module:operator:occurrence`` of the run's commit (results/mutation/tool/score.json).
 
 NEW_TESTS: the tests written for a survivor, each shown failing on it by the "new" stage (which
