@@ -68,3 +68,22 @@ class LoadErrorsUnreportedConnector(KVOffloadConnector):
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         return set()
+
+
+class ResetKeepsFinishedConnector(KVOffloadConnector):
+    """vLLM #46284 planted: reset_cache forgets the jobs but keeps a finished request that was
+    waiting for them; their completions come back stale and are ignored, so it stays tracked."""
+
+    def reset_cache(self) -> bool:
+        waiting = {req_id: state for req_id, state in self.core._requests.items() if state.req.status.is_finished}
+        done = super().reset_cache()
+        self.core._requests.update(waiting)
+        return done
+
+
+class LoadsWhileStoringConnector(KVOffloadConnector):
+    """vLLM #46014 planted: the lookup of a re-admitted request does not wait for the stores it
+    still has in flight, so a load is built beside them (``assert not transfer_jobs``)."""
+
+    def choose_fixes(self, configured):
+        return configured.without("defer_lookup_while_transferring")

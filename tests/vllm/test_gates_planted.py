@@ -1,7 +1,8 @@
 """Each packaged vLLM gate whose bug no fix flag plants is proven here: a connector that ships the
 bug (``broken_connector.py``, loaded by module path as ``--kv-connector MODULE:CLASS`` would) makes
 the gate's story fail. (The gates a fix flag plants are proven by ``--kv-disable FLAG``:
-tests/gates/README.md, ``scripts/gates_table --matrix``.)"""
+tests/gates/README.md, ``scripts/gates_table --matrix``, which CI does not run; K10's flag is
+planted here as a connector too, so CI keeps the gate's rebuilt story reaching its bug.)"""
 
 from __future__ import annotations
 
@@ -29,8 +30,12 @@ PLANTED = [
      "FailedStoreVisibleConnector"),
     (tier.TestK28FailedStoreStaysInvisible().test_no_hit_from_a_failed_store, {"scheduling": "sync"},
      "FailedStoreVisibleConnector"),
+    (finish.TestK02FinishHookAndReset().test_reset_between_finish_and_completion_forgets_a, {"scheduling": "sync"},
+     "ResetKeepsFinishedConnector"),
     (finish.TestK05EveryStoredChunkIsServed().test_the_whole_prompt_comes_back, {"scheduling": "sync"},
      "NeverServesConnector"),
+    (lifecycle.TestK10NoLoadWhileStoresAreInFlight().test_the_lookup_waits_then_loads, {},
+     "LoadsWhileStoringConnector"),
     (lifecycle.TestK09PreemptedStoresAreFlushed().test_preemption_waits_for_the_victims_stores,
      {"scheduling": "sync"}, "FenceRemovedConnector"),
 ]

@@ -100,7 +100,12 @@ def poisoned(record) -> list[tuple[str, int, int]]:
 
 
 def clean(record) -> bool:
-    """No crash, no poisoned load, nothing stuck or leaked, no lifecycle violation (where the
-    connector records them)."""
-    return (record.crash, record.poisoned, record.stuck_requests, tuple(record.leaked_requests),
-            record.lifecycle_violations) == (None, [], (), (), 0)
+    """No crash, no poisoned load, nothing stuck or leaked.
+
+    Lifecycle violations are left to K01's gate, which asserts them itself: a submit-side call
+    after ``on_request_finished`` is K01's bug, and only a manager that keeps per-request state
+    (vLLM's tiering manager, the reference's strict mode) can see it. vLLM's CPU manager, the tier
+    of every story here, keeps none (0.26.0's ``kv_offload/cpu/manager.py`` inherits a no-op
+    ``on_request_finished``), so counting the violations in every gate made the 0.26 preset fail
+    six gates that vLLM 0.26.0 passes (docs/fidelity.md, "The gates of a preset")."""
+    return (record.crash, record.poisoned, record.stuck_requests, tuple(record.leaked_requests)) == (None, [], (), ())

@@ -85,10 +85,12 @@ class TestK09PreemptedStoresAreFlushed:
 
 
 class TestK10NoLoadWhileStoresAreInFlight:
-    """vLLM #46014 / #46231 (async). Budget 4: R's prefill stores one chunk per step. A's decode
-    preempts R; R's flushed stores are copied but not yet reported, and the GPU cache loses R's
-    blocks. On re-admission a tier that reads pending chunks as absent reports a hit on R's own
-    finished chunks: the lookup must wait until R's jobs drain (vLLM's `assert not transfer_jobs`)."""
+    """vLLM #46014 / #46231 (async, 8 usable blocks, the GPU cache forgetting every free block).
+    A (8 + 12), B (8 + 3) and R (8 + 4) fill the blocks; in step 5 A's decode preempts R, whose
+    stores of chunks 0-1 are flushed but reported only with that step's output. B's finish frees
+    blocks, so step 6's schedule admits R again while its store of chunk 1 is still tracked: a tier
+    that reads pending chunks as absent reports chunk 0 as a hit. The lookup must wait one step
+    (vLLM's `assert not transfer_jobs` when a load is built now), then load chunks 0-1."""
 
     def test_the_lookup_waits_then_loads(self, kv_connector):
         def pending_reads_as_miss(built) -> None:  # a tier of the vLLM 0.2x era
@@ -96,15 +98,16 @@ class TestK10NoLoadWhileStoresAreInFlight:
             plain = manager.lookup
             manager.lookup = lambda key: LookupResult.MISS if plain(key) is LookupResult.HIT_PENDING else plain(key)
 
-        a = RequestSpec("A", tokens(1, 8), tokens(2, 12))
-        r = RequestSpec("R", tokens(3, 12), tokens(4, 4))
-        config = TINY.replace(gpu_blocks=8, scheduling="async", store_completion_steps=1, max_num_batched_tokens=4,
-                              max_num_seqs=4)  # vLLM refuses a budget below max_num_seqs
-        record, _ = replay(kv_connector, [a, r], config, forget_gpu_cache_before=(7,), prepare=pending_reads_as_miss,
+        requests = [RequestSpec("A", tokens(1, 8), tokens(2, 12)), RequestSpec("B", tokens(5, 8), tokens(6, 3)),
+                    RequestSpec("R", tokens(3, 8), tokens(4, 4), arrival_step=1)]
+        config = TINY.replace(gpu_blocks=9, scheduling="async", store_completion_steps=1, max_num_batched_tokens=8)
+        record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=tuple(range(1, 16)),
+                           prepare=pending_reads_as_miss,
                            reference_only="needs a tier that reads pending chunks as absent (the reference manager's "
                                           "lookup); this connector's tier answers them itself")
+        assert clean(record) and record.finished_requests == 3
         assert record.preemptions >= 1
-        assert clean(record) and record.finished_requests == 2
+        assert record.connector_stats["load_jobs"] == 1  # R's chunks 0-1, once its stores were reported
 
 
 class TestK11CursorAfterPreemption:
