@@ -3,6 +3,7 @@ finished-request watermark fix (vLLM PR #54288) switched off in code, loaded by 
 
 import dataclasses
 
+from kvoffload.core.manager import PrepareStoreOutput
 from kvoffload.vllm.connector import KVOffloadConnector
 
 
@@ -87,3 +88,39 @@ class LoadsWhileStoringConnector(KVOffloadConnector):
 
     def choose_fixes(self, configured):
         return configured.without("defer_lookup_while_transferring")
+
+
+class FailedAllocationSkippedConnector(KVOffloadConnector):
+    """vLLM #25856 / #50069 planted: a store the full tier cannot take now is given up, not
+    retried: ``prepare_store``'s None reads as "nothing to store", so the cursor moves past the
+    chunks as if they were stored. (vLLM 0.32's ``_build_store_jobs`` counts the failure and
+    keeps the cursor: the same chunks are offered again next step.)"""
+
+    def __init__(self, vllm_config, role, kv_cache_config=None):
+        super().__init__(vllm_config, role, kv_cache_config)
+        if self.core is not None:
+            manager = self.core.manager
+            prepare_store = manager.prepare_store
+
+            def given_up_when_full(req_id, keys, positions=None):
+                prepared = prepare_store(req_id, keys, positions)
+                return prepared if prepared is not None else PrepareStoreOutput((), (), ())
+
+            manager.prepare_store = given_up_when_full
+
+
+class PreemptedBlocksKeptConnector(KVOffloadConnector):
+    """vLLM #52170 / #52211 planted: re-admission after a preemption keeps the block table the
+    request had before and appends the new one (vLLM 0.32 clears it where the request resumes,
+    ``_update_req_states`` in ``kv_connector/v1/offloading/scheduler.py``), so chunk i's store
+    reads the old table's block i, freed at the preemption and handed out again since: keys and
+    block ids out of step. The stale table is longer than the keys, so vLLM's length
+    assert cannot fire; the wrong block's KV is stored under the key and a later load of it is
+    poisoned."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        state = self.core._requests[request.request_id]
+        kept = list(state.block_ids)  # empty at the first admission
+        answer = super().get_num_new_matched_tokens(request, num_computed_tokens)
+        state.block_ids[:0] = kept
+        return answer

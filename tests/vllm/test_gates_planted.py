@@ -1,8 +1,10 @@
 """Each packaged vLLM gate whose bug no fix flag plants is proven here: a connector that ships the
 bug (``broken_connector.py``, loaded by module path as ``--kv-connector MODULE:CLASS`` would) makes
 the gate's story fail. (The gates a fix flag plants are proven by ``--kv-disable FLAG``:
-tests/gates/README.md, ``scripts/gates_table --matrix``, which CI does not run; K10's flag is
-planted here as a connector too, so CI keeps the gate's rebuilt story reaching its bug.)"""
+tests/gates/README.md, ``scripts/gates_table --matrix``; K10's flag is planted here as a
+connector too.) K11's and K25's gates fail for no release, preset or fix flag in vLLM's scheduler:
+their plants, with the same replays passing against the reference beside them, prove them. On
+demand, not in CI (its vLLM stage keeps within its time): scripts/vllm-on-demand."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.vllm_on_demand]  # scripts/vllm-on-demand
 
 from kvoffload.gates import test_k01_k05_finish as finish  # noqa: E402
 from kvoffload.gates import test_k06_k20_lifecycle as lifecycle  # noqa: E402
@@ -38,7 +40,18 @@ PLANTED = [
      "LoadsWhileStoringConnector"),
     (lifecycle.TestK09PreemptedStoresAreFlushed().test_preemption_waits_for_the_victims_stores,
      {"scheduling": "sync"}, "FenceRemovedConnector"),
+    (lifecycle.TestK11CursorAfterPreemption().test_preempted_spec_decode_requests_store_everything, {},
+     "PreemptedBlocksKeptConnector"),
+    (tier.TestK25AllocationFailure().test_b_retries_until_it_stores, {"scheduling": "sync"},
+     "FailedAllocationSkippedConnector"),
 ]
+
+
+# K11's and K25's gates pass for every release, preset and fix flag (tests/gates/README.md), so
+# their plants alone fail them: the same replay against the reference runs beside each, to show
+# that the one rule each plant changes is what fails the story.
+CONTROLLED = [(gate, arguments) for gate, arguments, planted in PLANTED
+              if planted in ("PreemptedBlocksKeptConnector", "FailedAllocationSkippedConnector")]
 
 
 @pytest.mark.parametrize("gate, arguments, planted", PLANTED,
@@ -47,3 +60,8 @@ def test_the_gate_fails_against_the_connector_that_ships_its_bug(gate, arguments
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     with pytest.raises(AssertionError):
         gate(GateConnector(f"broken_connector:{planted}", None), **arguments)
+
+
+@pytest.mark.parametrize("gate, arguments", CONTROLLED, ids=[gate.__qualname__.split(".")[0] for gate, _ in CONTROLLED])
+def test_the_same_story_passes_against_the_reference(gate, arguments):
+    gate(GateConnector("reference", None), **arguments)

@@ -37,10 +37,11 @@ def _entry_point_registered() -> bool:
     return any(ep.value == "kvoffload.gates.plugin" for ep in entry_points(group="pytest11"))
 
 
+@pytest.mark.vllm_on_demand
 def test_a_connector_without_the_watermark_fails_k04_only(pytester, monkeypatch):
     """K04's gates and their neighbours on the finish path (K03, K07): only K04's fail. The whole
-    plant table (every gate, every fix flag) is scripts/gates_table --matrix; CI keeps to these
-    to stay within its time."""
+    plant table (every gate, every fix flag) is scripts/gates_table --matrix. On demand
+    (scripts/vllm-on-demand), not in CI."""
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # broken_connector
     plugin = () if _entry_point_registered() else ("-p", "kvoffload.gates.plugin")
     run = pytester.inline_run("-q", "-p", "no:cacheprovider", *plugin, "--pyargs", "kvoffload.gates",
@@ -51,11 +52,15 @@ def test_a_connector_without_the_watermark_fails_k04_only(pytester, monkeypatch)
     assert passed  # K03's and K07's ran and passed
 
 
+ON_DEMAND = pytest.mark.vllm_on_demand  # CI keeps one bad option (a child pytest each: about 2 s)
+
+
 @pytest.mark.parametrize("options, says", [
     (("--kv-connector", "not a connector"), "expects stock, reference or MODULE:CLASS"),
-    (("--kv-connector", "stock", "--kv-preset", "vllm-0.26"), "apply to the reference connector"),
-    (("--kv-preset", "vllm-0.99"), "unknown preset 'vllm-0.99'"),
-    (("--kv-disable", "no_such_fix"), "no_such_fix"),
+    pytest.param(("--kv-connector", "stock", "--kv-preset", "vllm-0.26"), "apply to the reference connector",
+                 marks=ON_DEMAND),
+    pytest.param(("--kv-preset", "vllm-0.99"), "unknown preset 'vllm-0.99'", marks=ON_DEMAND),
+    pytest.param(("--kv-disable", "no_such_fix"), "no_such_fix", marks=ON_DEMAND),
 ], ids=["connector", "stock with a preset", "preset", "fix flag"])
 def test_a_bad_option_errors_in_one_line_before_any_gate(options, says):
     done = run_gates(*options, "-x")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.vllm_on_demand]  # scripts/vllm-on-demand
 
 from kvoffload.core.types import LifecycleEvent  # noqa: E402
 from kvoffload.engine.requests import RequestSpec  # noqa: E402
