@@ -274,6 +274,28 @@ def cmd_baseline(args) -> int:
     return 0
 
 
+def cmd_recheck(args) -> int:
+    """The deselected tests again on the unmutated snapshot, with the snapshot's own tests: those
+    that pass now (the snapshot was fixed, not the tests: the first round's lacked
+    results/releases/) join the stages again. Exec's verdicts stand; the report names them."""
+    meta = json.loads((WORK / "meta.json").read_text())
+    if not meta.get("deselect"):
+        print("nothing deselected")
+        return 0
+    snapshot_tests()
+    command = [PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--no-header", "-rf", *meta["deselect"]]
+    ran = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
+    failing = [line.split(" - ")[0][len("FAILED "):] for line in ran.stdout.splitlines() if line.startswith("FAILED ")]
+    if ran.returncode not in (0, 1) or (ran.returncode == 1 and not failing):
+        print(ran.stdout[-3000:], file=sys.stderr)
+        return 1
+    meta.setdefault("deselect_in_exec", meta["deselect"])
+    meta["deselect"] = failing
+    (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
+    print(f"still failing unmutated: {failing}; selected again: {sorted(set(meta['deselect_in_exec']) - set(failing))}")
+    return 0
+
+
 def snapshot_tests() -> None:
     """The snapshot's tests/ exactly as its commit had them: what the rest of CI (main, gate, vLLM)
     ran then. The branch's newer test files may test code newer than the snapshot and fail on it."""
@@ -333,12 +355,14 @@ def _exec(args) -> int:
     return 0
 
 
-def stage_command(stage: str, row: dict) -> list[str]:
+def stage_command(stage: str, row: dict, first: tuple[str, ...] = ()) -> list[str]:
     if stage == "new":  # the tests written for this survivor (fates.NEW_TESTS)
         from fates import NEW_TESTS
         return pytest_command(NEW_TESTS[key(row)])
     if stage == "main":  # the whole main suite, the files that import the mutated module first (-x)
-        return pytest_command((*importers(row["module"]), "tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES),
+        # ``first``: test files to run before the rest (a known likely killer): the order of a -x run
+        # changes only its time, not its verdict, since the whole suite runs if they pass
+        return pytest_command((*first, *importers(row["module"]), "tests", *(f"--ignore={path}" for path in MAIN_SUITE_IGNORES),
                                "-m", "not vllm"))
     if stage == "gate":
         return [PYTHON, "-m", "kvoffload.cli", "gate"]
@@ -416,6 +440,8 @@ def _stage(args) -> int:
             print(f"error: the main suite does not collect unmutated:\n{collected.stdout[-2000:]}", file=sys.stderr)
             return 1
     for row in survivors_after(args.stage):
+        if args.only and not any(text in key(row) for text in args.only):
+            continue
         if args.stage == "new" and (key(row) in FATES or key(row) not in NEW_TESTS
                                     or broken & set(NEW_TESTS[key(row)])):
             continue  # shown equivalent, no test written for it yet, or a test that fails unmutated
@@ -430,7 +456,7 @@ def _stage(args) -> int:
                 continue
             started = time.perf_counter()
             try:
-                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row)], cwd=TREE,
+                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row, tuple(args.first))], cwd=TREE,
                                      # the vLLM stage runs as CI runs it (.ci/run): every replay under one hash seed
                                      env=dict(env(), PYTHONHASHSEED="0") if args.stage == "vllm" else env(),
                                      capture_output=True, text=True, timeout=args.timeout)
@@ -493,7 +519,12 @@ def cmd_report(args) -> int:
              "Regenerate with the commands in docs/mutation.md.", "",
              f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
              f"Failing on the unmutated snapshot, so deselected from every run: "
-             f"{', '.join(meta.get('deselect', [])) or 'none'}. Unmutated run of every selected test: "
+             f"{', '.join(meta.get('deselect', [])) or 'none'}."
+             + (f" Deselected from exec only (they failed on an earlier round's snapshot, which lacked "
+                f"results/releases/, and pass on this one: `recheck`), so run in the stages: "
+                f"{', '.join(sorted(set(meta['deselect_in_exec']) - set(meta.get('deselect', []))))}."
+                if set(meta.get("deselect_in_exec", [])) - set(meta.get("deselect", [])) else "")
+             + " Unmutated run of every selected test: "
              f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time. "
              f"New tests failing on the unmutated snapshot (so killing nothing): "
              f"{', '.join(meta.get('new_failing_unmutated', [])) or 'none'}.", "",
@@ -538,6 +569,7 @@ def main() -> int:
     resample = sub.add_parser("resample")
     resample.add_argument("--sample", type=int, default=330)
     sub.add_parser("baseline")
+    sub.add_parser("recheck")
     execute = sub.add_parser("exec")
     execute.add_argument("--only", default="")
     execute.add_argument("--first", nargs="*", default=[], help="module prefixes to run before the rest")
@@ -545,11 +577,14 @@ def main() -> int:
     stage.add_argument("stage", choices=STAGES)
     stage.add_argument("--refresh-tests", action="store_true")
     stage.add_argument("--timeout", type=int, default=900)
+    stage.add_argument("--only", action="append", default=[], help="only the survivors whose key holds this text")
+    stage.add_argument("--first", action="append", default=[],
+                       help="main: a test file to run before the rest of the suite (a likely killer)")
     stage.add_argument("--all", action="store_true",
                        help="main, gate, vllm: also the survivors a probe or a new test has resolved")
     sub.add_parser("report")
     args = parser.parse_args()
-    return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "exec": cmd_exec, "stage": cmd_stage,
+    return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "recheck": cmd_recheck, "exec": cmd_exec, "stage": cmd_stage,
             "report": cmd_report}[args.command](args)
 
 

@@ -1,10 +1,20 @@
 """Probes for the mutants ``fates.py`` calls equivalent: each runs the original and the mutated
-expression over every input the guarded code can see and asserts they agree.
+expression over every input the guarded code can see and asserts they agree. Those that replay
+the engine live in ``replay_probes.py`` and ``oracle_probes.py``; this file runs them all.
 
     .venv/bin/python scripts/mutation_tool/probes.py
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from oracle_probes import (fence_violation_read_only, later_rejected_drafts, oracle_torch_writes_on_cpu,  # noqa: E402
+                           oracle_write_paths, scripted_sequence_inputs)
+from replay_probes import (aligned_hits, async_commit_guard, finish_refresh, held_set_rebuilt,  # noqa: E402
+                           joins_without_placeholders, live_identity, reset_forgets_the_state, store_filter_or)
 
 
 def one_key_index() -> None:
@@ -17,57 +27,6 @@ def one_key_index() -> None:
             assert original == mutant, keys
 
 
-def store_filter_or() -> None:
-    """core/stores.py StorePlanner.build: the decode-step filter ``state is not None and
-    watermark >= boundary and num_tokens >= boundary`` with its last ``and`` made ``or``. The
-    requests the mutant lets through more have a watermark below their next chunk's end, and
-    ``_store_request`` returns for them without a change: on the -small workloads and chunked prefills, each such
-    request is handed to it after the real build, and nothing it owns may move."""
-    from kvoffload.core.fixes import Fixes
-    from kvoffload.core.stores import StorePlanner
-    from kvoffload.engine.config import EngineConfig
-    from kvoffload.engine.engine import Engine
-    from kvoffload.engine.requests import RequestSpec
-    from kvoffload.workloads import load_workload
-
-    build = StorePlanner.build
-    extra_calls = 0
-
-    def probed(self, requests, out, allocated, flush):
-        nonlocal extra_calls
-        jobs = build(self, requests, out, allocated, flush)
-        for req_id, num_scheduled in out.num_scheduled_tokens.items():
-            state = requests.get(req_id)
-            if state is None or state.req.num_computed_tokens + num_scheduled >= state.store_boundary:
-                continue  # the original lets it through (or the mutant too would fail on None)
-            if len(state.req.all_token_ids) < state.store_boundary:
-                continue  # the mutant filters it out as well
-            before = (state.next_stored_chunk, state.store_boundary, self.manager.num_chunks,
-                      self.stats.store_jobs, self.stats.store_allocation_failures)
-            extra: list = []
-            self._store_request(state, num_scheduled, set(allocated), set(flush), extra)
-            after = (state.next_stored_chunk, state.store_boundary, self.manager.num_chunks,
-                     self.stats.store_jobs, self.stats.store_allocation_failures)
-            assert extra == [] and before == after, (req_id, before, after)
-            extra_calls += 1
-        return jobs
-
-    # Chunked prefills are where the watermark trails the tokens: 40-token prompts, 8 a step.
-    chunked = EngineConfig(gpu_blocks=64, cpu_chunks=64, block_size=4, max_num_batched_tokens=8)
-    prompts = [RequestSpec(f"r{i}", tuple(range(3 + i, 43 + i)), (7, 8, 9), arrival_step=i) for i in range(4)]
-    StorePlanner.build = probed
-    try:
-        runs = [(load_workload(name).requests, load_workload(name).engine)
-                for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
-        for requests, config in runs + [(prompts, chunked), (prompts, chunked.replace(scheduling="async"))]:
-            record = Engine(requests, config, Fixes(), max_steps=200_000).run()
-            assert record.crash is None, record.crash
-    finally:
-        StorePlanner.build = build
-    assert extra_calls > 0, "the probe never met a request the mutant lets through"
-    print(f"    {extra_calls} calls the mutant adds, none changed anything")
-
-
 def enum_identity() -> None:
     """worker/connector.py: ``kind is TransferKind.STORE`` made ``==``. ``kind`` is a TransferKind
     or None; a plain Enum compares by identity, so both agree on every value it can hold."""
@@ -77,84 +36,6 @@ def enum_identity() -> None:
         for member in TransferKind:
             assert (kind is member) == (kind == member)
     assert TransferKind.__eq__ is object.__eq__ or TransferKind.__eq__.__qualname__.startswith("Enum")
-
-
-def aligned_hits() -> None:
-    """engine/admission.py _admit_new: ``count = 0 if hits else ...`` made ``-1 if hits``. The count
-    is returned only without hits; with hits it enters ``cdiv(num_local + hits + count, bs)``,
-    and ``cdiv(x - 1, bs) == cdiv(x, bs)`` for every positive multiple x of bs. x is one: the GPU
-    prefix is whole blocks and the connector's hit ends on a chunk boundary, a chunk being whole
-    blocks (core/scheduler.py ``_lookup``). Checked at every hit of the -small workloads, sync and
-    async, and of a run with two blocks per chunk and a GPU prefix ending mid-chunk."""
-    from kvoffload.core.scheduler import ReferenceConnectorScheduler
-    from kvoffload.engine.config import EngineConfig
-    from kvoffload.engine.requests import RequestSpec
-
-    matched = ReferenceConnectorScheduler.get_num_new_matched_tokens
-    hits_seen = mid_chunk = 0
-
-    def probed(self, req, num_local):
-        nonlocal hits_seen, mid_chunk
-        hits, is_async = matched(self, req, num_local)
-        if hits:
-            bs = self.config.block_size
-            assert num_local % bs == 0 and hits % bs == 0, (req.req_id, num_local, hits, bs)
-            hits_seen += 1
-            mid_chunk += num_local % self.config.tokens_per_chunk != 0
-        return hits, is_async
-
-    two_block_chunks = EngineConfig(gpu_blocks=12, cpu_chunks=64, block_size=4, blocks_per_chunk=2,
-                                    max_num_batched_tokens=16)
-    shared = tuple(range(100, 120))
-    repeats = [RequestSpec(f"r{i}", shared[:18 + i % 3] + (i,), (7, 8), arrival_step=6 * i) for i in range(8)]
-    ReferenceConnectorScheduler.get_num_new_matched_tokens = probed
-    try:
-        _replay_clean(_replays() + [(repeats, two_block_chunks.replace(scheduling=mode)) for mode in ("sync", "async")])
-    finally:
-        ReferenceConnectorScheduler.get_num_new_matched_tokens = matched
-    assert hits_seen > 0, "no connector hit: the probe did not reach the mutated line"
-    print(f"    {hits_seen} connector hits ({mid_chunk} after a GPU prefix ending mid-chunk), every one whole "
-          "blocks after a whole-block GPU prefix")
-
-
-def live_identity() -> None:
-    """engine/live.py: ``@dataclass(eq=False)`` made ``eq=True`` on LiveRequest. Field equality
-    then replaces identity, and the class loses its hash. Field equality is identity: each live
-    request owns the Request ``create`` built for it, and Request compares by identity. Nothing
-    hashes a live request. Both checked under the mutant's own semantics (field-wise ``==``,
-    ``__hash__ = None``) on every comparison of the -small workloads, sync and async, and of a
-    tight pool that preempts."""
-    import dataclasses
-
-    from kvoffload.core.request import Request
-    from kvoffload.engine.config import EngineConfig
-    from kvoffload.engine.live import LiveRequest
-    from kvoffload.engine.requests import RequestSpec
-
-    assert Request.__eq__ is object.__eq__
-    names = [f.name for f in dataclasses.fields(LiveRequest)]
-    comparisons = 0
-
-    def field_eq(self, other):
-        nonlocal comparisons
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        same = tuple(getattr(self, n) for n in names) == tuple(getattr(other, n) for n in names)
-        assert same == (self is other), (self.req_id, other.req_id)
-        comparisons += 1
-        return same
-
-    tight = EngineConfig(gpu_blocks=9, cpu_chunks=64, block_size=4, max_num_batched_tokens=16, reserve_full_isl=False)
-    crowd = [RequestSpec(f"r{i}", tuple(range(3 + i, 15 + i)), tuple(range(40, 52)), arrival_step=i % 3)
-             for i in range(6)]
-    saved = LiveRequest.__eq__, LiveRequest.__hash__
-    LiveRequest.__eq__, LiveRequest.__hash__ = field_eq, None
-    try:
-        _replay_clean(_replays() + [(crowd, tight.replace(scheduling=mode)) for mode in ("sync", "async")])
-    finally:
-        LiveRequest.__eq__, LiveRequest.__hash__ = saved
-    assert comparisons > 0, "no live request was compared: the probe did not reach the queues"
-    print(f"    {comparisons} comparisons of live requests, each one identity; none hashed")
 
 
 def least_direction() -> None:
@@ -169,73 +50,6 @@ def least_direction() -> None:
     assert all((d <= "higher") == (d == "higher") for d in directions)
     mutated = frozenset(name for name, direction, _ in GLOSSARY if name in gate.MEASURED and direction <= "higher")
     assert mutated == gate.MEASURED_HIGHER_IS_BETTER
-
-
-def _replays() -> list:
-    """(requests, engine config) of the -small workloads, each under both schedulings."""
-    from kvoffload.workloads import load_workload
-
-    runs = [(load_workload(name).requests, load_workload(name).engine)
-            for name in ("multi-turn-small", "shared-prefix-small", "spec-decode-small")]
-    return [(requests, config.replace(scheduling=mode)) for requests, config in runs for mode in ("sync", "async")]
-
-
-def _replay_clean(runs: list) -> None:
-    """Replay each (requests, engine config) with every fix on; none may crash."""
-    from kvoffload.core.fixes import Fixes
-    from kvoffload.engine.engine import Engine
-
-    for requests, config in runs:
-        record = Engine(requests, config, Fixes(), max_steps=200_000).run()
-        assert record.crash is None, record.crash
-
-
-def async_commit_guard() -> None:
-    """engine/scheduler.py update_from_output: the async cache_blocks guard
-    ``(num_computed - placeholders) // bs > num_committed_blocks`` with ``-`` made ``<<``. With
-    placeholders >= 0 the shifted value is never smaller, so the mutant's guard holds wherever
-    the original's does; where only the mutant's holds, ``commit_computed`` (which takes
-    ``num_computed - placeholders`` and checks the same count itself) commits nothing. Checked
-    by running the mutated method itself beside the original on the -small workloads, sync and
-    async: every record equal, metrics and trace; and placeholders never negative there."""
-    import inspect
-    import textwrap
-
-    from kvoffload.core.fixes import Fixes
-    from kvoffload.engine import scheduler as module
-    from kvoffload.engine.engine import Engine
-    from kvoffload.metrics import MEASURED_METRICS, compute_metrics
-
-    original = module.SchedulerModel.update_from_output
-    source = textwrap.dedent(inspect.getsource(original))
-    guard = "(req.num_computed_tokens - live.placeholders) // bs > live.num_committed_blocks"
-    assert source.count(guard) == 1
-    namespace = dict(vars(module))
-    exec(compile(source.replace(guard, guard.replace(" - ", " << ", 1)), module.__file__, "exec"), namespace)
-    mutated = namespace["update_from_output"]
-    negative = 0
-
-    def watched(self, output):
-        nonlocal negative
-        negative += sum(item.live.placeholders < 0 for item in output.scheduled)
-        return mutated(self, output)
-
-    def run(requests, config):
-        record = Engine(requests, config, Fixes(), max_steps=200_000, trace=True).run()
-        assert record.crash is None, record.crash
-        metrics = compute_metrics(record)
-        return {name: value for name, value in metrics.items() if name not in MEASURED_METRICS}, record.trace_events
-
-    runs = _replays()
-    before = [run(requests, config) for requests, config in runs]
-    module.SchedulerModel.update_from_output = watched
-    try:
-        after = [run(requests, config) for requests, config in runs]
-    finally:
-        module.SchedulerModel.update_from_output = original
-    assert before == after
-    assert negative == 0, negative
-    print(f"    {len(runs)} replays: the same metrics and traces with the mutated guard")
 
 
 def set_growth_threshold() -> None:
@@ -275,9 +89,114 @@ def livelock_read_only() -> None:
                 and any(isinstance(t, ast.Attribute) for t in getattr(node, "targets", [getattr(node, "target", None)]))]
 
 
+def one_kind_of_job() -> None:
+    """core/jobs.py check_invariants, I4: ``kinds == {True} or len(ids) == 1`` with ``==`` made
+    ``<=``. ``kinds`` is the set of is_store over a request's job ids, and the check asserts the
+    list is non-empty just before it: a non-empty subset of {True, False} is <= {True} exactly
+    when it is {True}."""
+    for kinds in ({True}, {False}, {True, False}):
+        assert (kinds <= {True}) == (kinds == {True}), kinds
+    assert (set() <= {True}) != (set() == {True})  # the one set where they differ: an empty list
+    import inspect
+
+    from kvoffload.core.jobs import JobRegistry
+
+    source = inspect.getsource(JobRegistry.check_invariants)
+    guard, check = source.index('assert ids, f"empty job list kept'), source.index("kinds == {True}")
+    assert guard < check, "the non-empty check no longer comes first"
+
+
+def draft_branch_bound() -> None:
+    """engine/oracle.py forward: ``elif num_tokens > 1 and not item.prefill`` (drafts) made
+    ``> 0``. The branch before it takes ``num_tokens == 1``, so the two agree on every integer."""
+    for num_tokens in range(-3, 200):
+        for prefill in (False, True):
+            if num_tokens == 1:
+                continue
+            assert (num_tokens > 1 and not prefill) == (num_tokens > 0 and not prefill)
+
+
+def reshape_any_negative() -> None:
+    """engine/oracle.py check_loaded_slots: ``.reshape(-1)`` made ``.reshape(-2)``. The installed
+    numpy (2.x) reads any negative size as the one unknown dimension: the same flat array for
+    every (blocks, block size) table a load check builds. (A numpy that refused -2 would make
+    every load check fail, and the gates would catch it.)"""
+    import numpy as np
+
+    for blocks in range(1, 9):
+        for block_size in (1, 2, 4, 16):
+            table = np.arange(blocks)[:, None] * block_size + np.arange(block_size)[None, :]
+            assert np.array_equal(table.reshape(-2), table.reshape(-1))
+
+
+def unset_abort_time() -> None:
+    """engine/requests.py RequestSpec's check ``(abort_after_steps or 0) < 0`` made ``or 1``: the two
+    differ only for a falsy value (None or 0), where both give a non-negative number."""
+    for value in (None, 0, 1, 5, -1, -7):
+        assert ((value or 0) < 0) == ((value or 1) < 0), value
+
+
+def _set_order_ids() -> list[list[str]]:
+    """Request-id-like strings as the set-order stories draw them (1, 2 and 4 bytes per code
+    point), 200 lists of up to 300, and 200,000 more in one list."""
+    import random
+
+    rng = random.Random(0)
+    prefixes = ["req-", "c3-t", "A", "\u00e9", "\u4e2d", "\U0001f600", ""]
+    lists = [[rng.choice(prefixes) + str(rng.randrange(10 ** rng.randint(1, 9))) for _ in range(rng.randint(0, 300))]
+             for _ in range(200)]
+    return lists + [[f"req-{i}" for i in range(200_000)]]
+
+
+def no_hash_of_minus_one() -> None:
+    """engine/set_order.py str_hash: CPython's ``-2 if hash == -1`` (-1 is its error value) made
+    ``-1``. They differ only for a string whose SipHash-1-3 is 2**64 - 1: none is known, and
+    finding one takes about 2**64 tries. Checked: no id of the set-order stories' kind, 200,000
+    and more under four seeds, hashes to -1 or -2 (either would need that value)."""
+    from kvoffload.engine import set_order
+
+    for seed in (set_order.HASH_SEED, 1, 4242, 2**32 - 1):
+        for ids in _set_order_ids():
+            assert all(set_order.str_hash(text, seed) not in (-1, -2) for text in ids)
+
+
+def distinct_hashes() -> None:
+    """engine/set_order.py _probe: ``entry[0] == hashed and entry[1] == text`` (already in the set)
+    made ``or``. Equal texts have equal hashes, so the two differ only for two distinct strings
+    with one 64-bit hash (a SipHash-1-3 collision, about 2**32 strings for an even chance). Checked:
+    the ids of the set-order stories and 200,000 more, under four seeds, have distinct hashes, and
+    the mutated probe gives the same orders."""
+    import inspect
+    import textwrap
+
+    from kvoffload.engine import set_order
+
+    source = textwrap.dedent(inspect.getsource(set_order._probe))
+    original = "if entry[0] == hashed and entry[1] == text:"
+    assert source.count(original) == 1
+    namespace = dict(vars(set_order))
+    exec(compile(source.replace(original, original.replace(" and ", " or ")), set_order.__file__, "exec"), namespace)
+    lists = _set_order_ids()
+    for seed in (set_order.HASH_SEED, 1, 4242, 2**32 - 1):
+        for ids in lists:
+            texts = set(ids)
+            assert len({set_order.str_hash(text, seed) for text in texts}) == len(texts)
+    kept = set_order._probe
+    set_order._probe = namespace["_probe"]
+    try:
+        mutated = [set_order.set_iteration_order(ids) for ids in lists[:-1]]
+    finally:
+        set_order._probe = kept
+    assert mutated == [set_order.set_iteration_order(ids) for ids in lists[:-1]]
+
+
 PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           live_identity, least_direction, async_commit_guard,
-          set_growth_threshold, livelock_read_only]
+          set_growth_threshold, livelock_read_only, one_kind_of_job, finish_refresh,
+          reset_forgets_the_state, oracle_write_paths, oracle_torch_writes_on_cpu, scripted_sequence_inputs,
+          draft_branch_bound, reshape_any_negative, later_rejected_drafts, fence_violation_read_only,
+          unset_abort_time, held_set_rebuilt, joins_without_placeholders, distinct_hashes,
+          no_hash_of_minus_one]
 
 if __name__ == "__main__":
     for probe in PROBES:

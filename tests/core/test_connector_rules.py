@@ -92,6 +92,19 @@ class TestNullBlocks:
         assert (job.chunk_indices, job.gpu_block_ids) == ((3,), (7,))
 
 
+    def test_with_three_blocks_per_chunk_a_chunk_is_judged_by_its_last_block(self, script):
+        """vLLM's _build_store_jobs takes each chunk's last block (its example: blocks 1 5 6 7 2 4
+        9 3 8 select 6 4 8) and skips a chunk only when that block is the null block. A's second
+        store starts at chunk 1, whose first block is the null block and whose last is live: it
+        is stored with chunk 2."""
+        s = script(blocks_per_chunk=3)  # 12 tokens per chunk
+        a = s.add("A", list(range(3, 39)))  # 3 chunks
+        s.admit(a, [1, 5, 6])
+        assert s.step(scheduled={"A": 12}, new_blocks={"A": [1, 5, 6]}).store_jobs[0].chunk_indices == (0,)
+        [job] = s.step(scheduled={"A": 24}, new_blocks={"A": [0, 2, 4, 9, 3, 8]}).store_jobs
+        assert job.chunk_indices == (1, 2)
+
+
 class TestCompletionReports:
     def test_a_report_that_does_not_say_otherwise_is_a_success(self, script):
         """TransferResult's ``success`` defaults to true: the store lands and serves a hit."""

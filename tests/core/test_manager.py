@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvoffload.core.fixes import Recency
 from kvoffload.core.manager import CPUOffloadManager, LifecycleViolation, LookupResult
 from kvoffload.core.types import ConfigError
 
@@ -69,6 +70,26 @@ def test_pending_and_loading_chunks_are_never_evicted(manager):
     assert manager.allocation_failures == 1
     manager.complete_load(keys(1))
     assert manager.prepare_store("r", keys(6)).evicted_keys == tuple(keys(1))
+
+
+@pytest.mark.parametrize("recency", list(Recency), ids=lambda recency: recency.value)
+def test_the_full_check_agrees_with_a_chunk_pinned_by_two_loads(recency):
+    # Touch-on-access (vLLM <= 0.30) takes a loading chunk out of the LRU until its last load
+    # completes; ranked at insert (0.31+) it keeps its rank. Either way the full check holds at
+    # every point, and the pinned chunk is the one a full tier does not evict.
+    m = CPUOffloadManager(capacity_chunks=2, recency=recency)
+    m.on_new_request("r")
+    m.prepare_store("r", keys(1, 2))
+    m.complete_store(keys(1, 2))
+    m.prepare_load("r", keys(1))
+    m.prepare_load("r", keys(1))
+    for loads_left in (2, 1):
+        assert m.state_of(keys(1)[0]) == "loading"
+        m.check_invariants()
+        assert m.prepare_store("r", keys(3, 4)) is None  # two slots wanted, only chunk 2 evictable
+        m.complete_load(keys(1))
+    assert m.state_of(keys(1)[0]) == "ready"
+    m.check_invariants()
 
 
 def test_a_store_never_evicts_its_own_inputs(manager):

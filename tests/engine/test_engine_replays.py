@@ -198,6 +198,22 @@ class TestRobustness:
         assert (record.crash, record.stuck_requests, record.finished_requests) == (None, (), 3)
         assert record.leaked_requests == ("B",)
 
+    def test_only_a_run_that_drained_counts_leaks(self):
+        """A leak is a request the connector still tracks after the run drained (the glossary's
+        leaked_requests). A run that ends stuck or crashed has not drained: its stuck request,
+        or whatever the crash left tracked, is reported as that, not as a leak."""
+        padded_step_too_big = EngineConfig(gpu_blocks=8, block_size=2, blocks_per_chunk=1, spec_tokens=2,
+                                           max_num_batched_tokens=2, max_num_seqs=1, scheduling="async")
+        stuck = replay([RequestSpec(f"r{i}", (7, 7), (9,)) for i in range(2)], padded_step_too_big, Fixes())
+        assert (stuck.crash, stuck.stuck_requests, stuck.leaked_requests) == (None, ("r1",), ())
+        # PR #49146 and #49285 both undone: the queued abort's store walk is vLLM 0.26's assert
+        queued_abort = [RequestSpec("R", tokens(1, 16), tokens(2, 4)),
+                        RequestSpec("Q", tokens(3, 16), tokens(4, 4), abort_after_steps=1)]
+        crashed = replay(queued_abort, TINY.replace(max_num_seqs=1),
+                         Fixes().without("storable_within_allocated", "aborted_watermark"))
+        assert crashed.crash.startswith("ConnectorCrash: assert len(offload_keys) == len(block_ids)")
+        assert (crashed.stuck_requests, crashed.leaked_requests) == ((), ())
+
     @pytest.mark.parametrize("scheduling", ["sync", "async"])
     def test_aborts_of_queued_and_prefilling_requests(self, scheduling):
         config = TINY.replace(scheduling=scheduling, max_num_batched_tokens=8, max_num_seqs=1)

@@ -48,12 +48,21 @@ def id_lists(rng: random.Random, count: int) -> list[list[str]]:
 @pytest.mark.skipif(sys.hash_info.algorithm != "siphash13", reason="the model is CPython 3.11+'s SipHash-1-3")
 @pytest.mark.parametrize("seed", [HASH_SEED, 1, 4242, 2**32 - 1])
 def test_the_model_iterates_as_a_real_set_started_with_that_seed(seed):
-    # "" hashes to 0 under every seed; U+FFFF and U+10000 are the widest 2-byte and narrowest
-    # 4-byte code points (CPython hashes 2 or 4 bytes per code point of the string's storage)
-    lists = [["", "A", "req-0", "\uffff", "\U00010000"]] + id_lists(random.Random(seed), 400)
+    # "" hashes to 0 under every seed; U+00FF and U+0100, U+FFFF and U+10000 are the widest and
+    # narrowest code points of 1, 2 and 4 bytes (CPython hashes the string's storage, that wide)
+    lists = [["", "A", "req-0", "\u00ff", "\u0100", "\uffff", "\U00010000"]] + id_lists(random.Random(seed), 400)
     real = in_child(seed, lists)
     assert [[str_hash(i, seed) for i in ids] for ids in lists] == real["hashes"]
     assert [list(set_iteration_order(ids, seed)) for ids in lists] == real["orders"]
+
+
+@pytest.mark.skipif(sys.hash_info.algorithm != "siphash13", reason="the model is CPython 3.11+'s SipHash-1-3")
+def test_past_50000_entries_the_model_grows_the_table_as_cpython_does():
+    """CPython's set_add_entry resizes a table for 4x its fill up to 50,000 entries and for 2x past
+    that: tables of 8, 32, 128 ... slots, until the resize at 78,643 entries (131,072 slots) makes
+    262,144, not 524,288. 80,000 ids iterate in the real set's order only if the model does too."""
+    ids = [f"req-{i}" for i in range(80_000)]
+    assert list(set_iteration_order(ids)) == in_child(HASH_SEED, [ids])["orders"][0]
 
 
 def test_the_order_is_neither_arrival_nor_sorted():

@@ -125,6 +125,32 @@ class TestSyncDrafts:
         assert waiting.draft_slots == 3
 
 
+class TestSeededAcceptance:
+    """Without scripted accept counts the engine draws acceptance from its seeded model
+    (``spec_acceptance``, leading drafts only); at the two ends of the range the draw is certain."""
+
+    @pytest.mark.parametrize("acceptance, decode_steps", [(0.0, 11), (1.0, 4)])
+    def test_no_draft_or_every_draft_is_accepted(self, acceptance, decode_steps):
+        # r: 4 prompt tokens, 12 outputs, 2 drafts a step. The prefill samples the first output;
+        # each decode step schedules 1 + 2 tokens and yields 1 + the accepted drafts: 11 steps
+        # of one output at 0; 3 + 3 + 3 + 2 (the last capped by the scripted output) at 1.
+        config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, spec_tokens=2, spec_acceptance=acceptance)
+        record = Engine([RequestSpec("r", tuple(range(3, 7)), tuple(range(20, 32)))], config, strict=True,
+                        max_steps=100).run()
+        assert (record.finished_requests, record.output_tokens) == (1, 12)
+        assert record.scheduled_tokens == 4 + 3 * decode_steps
+
+
+def test_a_decode_step_with_k_drafts_may_need_the_blocks_of_1_plus_k_positions():
+    """spec.step_blocks: what an async load leaves free for one decode step with drafts (vLLM's
+    _spec_decode_step_blocks): the real token and k drafts. With 4-token blocks, k = 3 fits one
+    block and k = 4 may need two; no drafts, nothing reserved."""
+    from kvoffload.engine.spec import step_blocks
+
+    blocks = {k: step_blocks(EngineConfig(block_size=4, spec_tokens=k)) for k in (0, 3, 4, 7, 8)}
+    assert blocks == {0: 0, 3: 1, 4: 2, 7: 2, 8: 3}
+
+
 class TestDecodePadding:
     """schedule(), waiting side: ``pad_spec_decode`` -- a request admitted with one token to
     compute is scheduled for a whole decode step, 1 + k, its drafts placeholders (-1)."""

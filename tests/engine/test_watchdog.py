@@ -90,6 +90,18 @@ class TestWatchdog:
         assert [watchdog.observe(step, [Item(step)], 0, {"a": 1}) for step in range(30)] == [None] * 30
         assert [watchdog.observe(step, [], 0, {"a": 1}) for step in range(30, 40)][-1] is not None
 
+    def test_a_requests_first_computed_token_is_progress(self):
+        """A one-token prompt computed at step 5, then nothing: the window counts from step 5, so
+        the verdict comes at step 15, not at step 10."""
+        watchdog = ProgressWatchdog(store_completion_steps=0, window=10)
+
+        class Item:
+            live = type("Live", (), {"req_id": "a"})()
+            start, num_tokens = 0, 1
+
+        verdicts = [watchdog.observe(step, [Item()] if step == 5 else [], 0, {"a": 1}) for step in range(20)]
+        assert [step for step, verdict in enumerate(verdicts) if verdict is not None][0] == 15
+
     def test_the_verdict_names_the_preemption_cycle(self):
         """Recomputing what a preemption threw away is not progress."""
         watchdog = ProgressWatchdog(store_completion_steps=0, window=10)

@@ -227,6 +227,24 @@ def test_a_malformed_baseline_body_is_bad_input_before_any_replay(no_replay, tmp
     assert len(err) == 1 and "not a gate baseline" in err[0] and reason in err[0]
 
 
+@pytest.mark.parametrize("value, shown", [("zero", "'zero'"), ("z" * 60, "'" + "z" * 36 + "...")])
+def test_the_offending_value_is_quoted_whole_when_short_and_cut_to_40_characters_when_long(
+        no_replay, tmp_path, capsys, value, shown):
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps({"schema": gate.SCHEMA, "deterministic": {"w/c/steps": value}, "measured": {}}))
+    assert main(["gate", "--baseline", str(path)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"expected a number or null, got {shown})")
+
+
+def test_the_table_aligns_baseline_now_and_change_to_the_right():
+    rows = [gate.Row("w/reference", "poisoned_loads", 0.0, 2.0, "moved"),
+            gate.Row("w/reference", "steps", 1000.0, 12.0, "moved")]
+    assert gate.format_table(rows, "markdown").splitlines()[1] == "|---|---|---:|---:|---:|---|---|"
+    text = gate.format_table(rows).splitlines()
+    assert text[2].endswith("poisoned_loads         0    2             +2  moved    worse")
+    assert text[3].endswith("steps               1000   12  -988 (-98.8%)  moved    info")
+
+
 @pytest.mark.parametrize("kind", ["fifo", "directory", "missing folder"])
 def test_update_refuses_a_target_it_cannot_write_before_any_replay(no_replay, tmp_path, capsys, kind):
     import os

@@ -149,6 +149,15 @@ class TestK04FinalTokenWatermark:
                      None if fixed else without("final_token_watermark"))
         assert poisoned(record) == ([] if fixed else [("C", 1, 1)])
 
+    def test_the_chunk_stored_with_the_rejected_draft_counts_from_the_plan_that_stored_it(self):
+        """The sync story without the watermark: chunk 1's last slot (7) holds the draft step 1
+        rejected when the finish stores it. No forward completed chunk 1, so its store delay
+        counts from the plan that stored it: 1 step, like chunk 0's (2 counting from step 1)."""
+        a = RequestSpec("A", tokens(1, 5), tokens(2, 3), accept_counts=(1,))
+        record = run([a], TINY.replace(spec_tokens=2), without("final_token_watermark"))
+        assert stored_chunks(record, "A") == {0, 1}
+        assert record.store_submit_delays == [1, 1]
+
     def test_async_a_step_that_may_fall_short_is_followed_by_one_that_rewrites_the_slot(self):
         """Async, the sync story: step 1 could end short of the last output (all drafts
         rejected), so AsyncScheduler schedules step 2 before verifying it; step 2's forward writes

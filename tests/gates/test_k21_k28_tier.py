@@ -68,6 +68,27 @@ class TestK22FailedLoadIsRecomputed:
         assert eng.worker.take_block_ids_with_load_errors() == set()  # the engine took them
 
 
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_the_gpu_prefix_before_a_failed_load_is_kept(self, scheduling):
+        """vLLM keeps the computed prefix before the first failed block (_handle_invalid_blocks).
+        L, running throughout, holds the block of the 4 tokens A and C share; C gets them from
+        the GPU, and A's next 8 from the tier (the GPU cache forgot A before step 3). The load
+        fails: C computes those 8 again, and only those (4 more would mean the GPU block too)."""
+        def requests():
+            a = RequestSpec("A", tokens(1, 4) + tokens(3, 8), tokens(2, 1), arrival_step=1)
+            return [RequestSpec("L", tokens(1, 4), tokens(5, 30)), a, follow_up(a)]
+
+        config, forgetting = TINY.replace(scheduling=scheduling), tuple(range(3, 8))
+        good = run(requests(), config, forget_gpu_cache_before=forgetting)
+        eng = engine(requests(), config, strict=True, forget_gpu_cache_before=forgetting)
+        eng.handler.fail_jobs(lambda job: job.kind is TransferKind.LOAD)
+        record = eng.run()
+        assert len(eng.handler.failed_job_ids) == 1 and healthy(record)
+        assert record.gpu_hit_tokens == good.gpu_hit_tokens == 4 + 4  # A's and C's shared block
+        assert record.connector_hit_tokens_admitted == good.connector_hit_tokens_admitted == 8
+        assert record.scheduled_tokens == good.scheduled_tokens + 8
+
+
 class TestK23PendingHitResolves:
     """vLLM #49829 / #53062. C asks for A's chunks while their store is in flight (6-step copies):
     the lookup defers, then resolves: a load once the store landed, or a plain miss (recompute)

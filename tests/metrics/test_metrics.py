@@ -190,48 +190,81 @@ def test_connector_time_per_step_is_in_microseconds():
     assert compute_metrics(record)["connector_us_per_step"] == 125_000.0  # exact in binary floats
 
 
+@pytest.mark.parametrize("values, p50, p99, unit", [
+    ("store_submit_delays", "store_submit_delay_steps_p50", "store_submit_delay_steps_p99", 1),
+    ("store_visible_delays", "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", 1),
+    ("ttft_seconds", "ttft_ms_p50", "ttft_ms_p99", 1e-3),
+    ("tpot_seconds", "tpot_ms_p50", "tpot_ms_p99", 1e-3),
+])
+def test_each_percentile_is_the_nearest_rank_at_its_own_q(values, p50, p99, unit):
+    """101 values, 1 to 101 (steps, or ms of a real model's timings), shuffled: the nearest rank
+    of p50 is ceil(50.5) = 51 and of p99 ceil(99.99) = 100, so p51 (52) or p100 (the largest,
+    101) would show. With 100 values or fewer p99 is the largest, and could not tell them apart."""
+    import random
+
+    record = RunRecord(model_run=True)
+    getattr(record, values).extend(value * unit for value in random.Random(0).sample(range(1, 102), 101))
+    metrics = compute_metrics(record)
+    assert (metrics[p50], metrics[p99]) == pytest.approx((51, 100))
+
+
+class TierBytes:
+    """The content oracle as engine/final_chunks.py reads it: the fingerprint each tier slot holds,
+    and each request's KV (A's and B's chunk 0 hold the same KV, X's other KV)."""
+
+    def __init__(self):
+        self.slots: dict[int, int] = {}
+        from kvoffload.engine.final_chunks import FinalChunkWatch
+
+        self.watch = FinalChunkWatch(self, tokens_per_chunk=4, prompt_only=False)
+
+    def tier_fingerprint(self, slot):
+        return self.slots[slot]
+
+    def fingerprint(self, req_id, position):
+        return {"A": 111, "B": 111, "X": 222}[req_id]
+
+    def is_live(self, req_id):
+        return True
+
+    def store(self, req_id, slot):
+        """``req_id``'s store of its chunk 0 into ``slot`` completed."""
+        from kvoffload.core.types import TransferJob, TransferKind
+
+        self.slots[slot] = self.fingerprint(req_id, 3)
+        self.watch.stored(TransferJob(1, req_id, TransferKind.STORE, (0,), (slot,), (0,)))
+
+    def b_finished(self):
+        """B finishes with positions 0-4 written: chunk 0 is its last full one. (counted, offloaded)"""
+        from types import SimpleNamespace
+
+        request = SimpleNamespace(num_tokens=6, num_computed_tokens=5, num_prompt_tokens=4)
+        self.watch.finished(SimpleNamespace(req=request, req_id="B"), aborted=False)
+        return self.watch.counted, self.watch.offloaded
+
+
 def test_a_chunk_whose_tier_slot_was_overwritten_no_longer_counts_as_held():
     """The tier's bytes, slot by slot (engine/final_chunks.py): A stores its chunk 0 in slot 5;
     X's store then overwrites slot 5. B finishes with the same KV in its chunk 0 and stores
     nothing (a connector that trusted a stale entry would skip it): the tier no longer holds
     that chunk, so B's last chunk was lost: 0 of 1. Had slot 5 still held it, 1 of 1."""
-    from types import SimpleNamespace
+    tier = TierBytes()
+    tier.store("A", 5)
+    assert tier.b_finished() == (1, 1)  # slot 5 holds B's chunk 0 (A stored the same KV)
+    tier = TierBytes()
+    tier.store("A", 5)
+    tier.store("X", 5)
+    assert tier.b_finished() == (1, 0)
 
-    from kvoffload.core.types import TransferJob, TransferKind
-    from kvoffload.engine.final_chunks import FinalChunkWatch
 
-    class Tier:
-        """The content oracle's view: the fingerprint each slot holds, and each request's KV."""
-
-        def __init__(self):
-            self.slots: dict[int, int] = {}
-
-        def tier_fingerprint(self, slot):
-            return self.slots[slot]
-
-        def fingerprint(self, req_id, position):
-            return {"A": 111, "B": 111, "X": 222}[req_id]  # A's and B's chunk 0 hold the same KV
-
-        def is_live(self, req_id):
-            return True
-
-    def store(req_id, slot):
-        tier.slots[slot] = tier.fingerprint(req_id, 3)
-        watch.stored(TransferJob(1, req_id, TransferKind.STORE, (0,), (slot,), (0,)))
-
-    def b_finished():
-        request = SimpleNamespace(num_tokens=6, num_computed_tokens=5, num_prompt_tokens=4)
-        watch.finished(SimpleNamespace(req=request, req_id="B"), aborted=False)  # positions 0-4 written
-        return watch.counted, watch.offloaded
-
-    tier = Tier()
-    watch = FinalChunkWatch(tier, tokens_per_chunk=4, prompt_only=False)
-    store("A", 5)
-    assert b_finished() == (1, 1)  # slot 5 holds B's chunk 0 (A stored the same KV)
-    watch = FinalChunkWatch(tier, tokens_per_chunk=4, prompt_only=False)
-    store("A", 5)
-    store("X", 5)
-    assert b_finished() == (1, 0)
+def test_a_last_chunk_its_own_store_left_in_the_tier_counts_though_overwritten_later():
+    """B's own store put its chunk 0 in slot 5 while B ran; X's store overwrote slot 5 before B
+    finished. B's last chunk did reach the tier (the store PR #48596 is about happened; what the
+    tier evicts later is another matter): 1 of 1, though no slot holds it at the finish."""
+    tier = TierBytes()
+    tier.store("B", 5)
+    tier.store("X", 5)
+    assert tier.b_finished() == (1, 1)
 
 
 def test_a_fresh_record_has_counted_nothing():

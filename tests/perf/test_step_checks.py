@@ -61,6 +61,33 @@ def test_a_fence_entry_for_a_gone_job_is_reported_at_the_next_full_check():
     assert record.steps > engine_module.FULL_CHECK_EVERY_STEPS > planted_at
 
 
+def test_a_fenced_block_missing_from_the_fence_index_is_reported_at_the_next_full_check():
+    # The reverse of the gone job: a store job still fences a block, but the block -> jobs index
+    # forgot it, so a GPU block the copy still reads would be handed out without waiting for it.
+    engine = small_engine("async", store_completion_steps="40")  # slow copies: fences outlive a check period
+    planted = []
+
+    def plant(step, finished):
+        jobs = engine.connector.jobs
+        fencing = [job for job in jobs._jobs.values() if job.fenced_blocks]
+        if not planted and step >= engine_module.FULL_CHECK_EVERY_STEPS - 10 and fencing:
+            job = fencing[0]
+            block = min(job.fenced_blocks)
+            readers = jobs._store_jobs_by_block[block]
+            del readers[job.job_id]
+            if not readers:  # an empty entry is a violation of its own: drop it with its last reader
+                del jobs._store_jobs_by_block[block]
+            planted.append(step)
+
+    engine.on_step = plant
+    engine.skip_idle = False
+    record = engine.run()
+    assert planted and planted[0] < engine_module.FULL_CHECK_EVERY_STEPS
+    assert record.invariant_violations, "the lost fence entry went unreported"
+    first = record.invariant_violations[0]
+    assert first["rule"] == "connector" and first["step"] == engine_module.FULL_CHECK_EVERY_STEPS
+
+
 def test_a_lost_job_is_reported_at_the_next_step():
     engine = small_engine("async", store_completion_steps="4")
     seen = []

@@ -99,3 +99,16 @@ def test_any_valid_job_lands_like_the_row_by_row_model(data, bpc, is_store):
     _, actual, expected = _copy_and_model(kv, job, kind)
     assert np.array_equal(actual[0], expected[0])
     assert np.array_equal(actual[1], expected[1])
+
+
+def test_a_long_prompts_store_of_300_blocks_lands_whole():
+    """A 4,800-token prompt in 16-token blocks: one store of 75 chunks of 4 blocks, the GPU blocks
+    in reverse order (scattered), lands byte for byte."""
+    from kvoffload.worker.kv import KVCache
+
+    from .conftest import SLOT_BYTES
+
+    kv = KVCache(num_gpu_blocks=320, block_size=16, num_cpu_chunks=80, blocks_per_chunk=4, slot_bytes=SLOT_BYTES)
+    job = JobMaker().store(list(range(300, 0, -1)), chunk_slots=list(range(75)))
+    copier, actual, expected = _copy_and_model(kv, job, TransferKind.STORE)
+    assert np.array_equal(actual[1], expected[1])
