@@ -24,3 +24,22 @@ def test_equal_prefixes_agree_and_one_differing_token_differs_at_every_later_pos
     b = prefix_fingerprints(np.array([3, 1, 4, 7, 5, 9, 2, 6], dtype=np.int64))
     assert (a[:3] == b[:3]).all()
     assert (a[3:] != b[3:]).all()
+
+
+def test_an_oracle_over_a_device_cache_never_asks_for_a_host_view():
+    """The numpy view of the slots is a CPU shortcut: a CUDA tensor has no host memory to view
+    (``.numpy()`` raises), so over a device cache the oracle must index through torch. CI has no
+    GPU; a cache on the ``meta`` device (storage nowhere, like a device's from the host) stands in
+    for one."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kvoffload.engine.oracle import KVOracle
+    from kvoffload.worker.kv import KVCache
+
+    host = KVCache(num_gpu_blocks=4, num_cpu_chunks=2, block_size=2, blocks_per_chunk=1, slot_bytes=16)
+    device_cache = SimpleNamespace(gpu=torch.empty(host.gpu.shape, dtype=host.gpu.dtype, device="meta"),
+                                   cpu=host.cpu, num_gpu_blocks=4, num_cpu_chunks=2, slot_bytes=16)
+    oracle = KVOracle(device_cache, [], block_size=2, tokens_per_chunk=2)
+    assert oracle._slot_fp.device.type == "meta"
