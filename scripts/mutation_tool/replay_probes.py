@@ -39,6 +39,20 @@ def _mutated_method(cls, name: str, original: str, mutant: str):
     return namespace[name]
 
 
+def _records_with_each(cls, name: str, methods, records):
+    """``records()`` once with each of ``methods`` in turn as ``cls.name``; the original is put
+    back whatever happens."""
+    original = getattr(cls, name)
+    try:
+        results = []
+        for method in methods:
+            setattr(cls, name, method)
+            results.append(records())
+        return results
+    finally:
+        setattr(cls, name, original)
+
+
 def _outcome(requests, config, fixes=None, **engine_options) -> tuple:
     """A traced replay's deterministic metrics, trace, invariant reports and crash."""
     from kvoffload.core.fixes import Fixes
@@ -231,24 +245,21 @@ def finish_refresh() -> None:
                               "if self.fixes.last_block_at_finish:\n", "if not self.fixes.last_block_at_finish:\n")
     keys_added = 0
 
-    def counted(self, req, block_ids=()):
-        nonlocal keys_added
-        state = self._requests.get(req.req_id)
-        if state is not None:  # what a refresh at this point appends, whichever method runs
-            known = len(state.offload_keys)
-            keys_added += (len(state.req.block_hashes) // self.config.blocks_per_chunk) - known > 0
-        return counted.method(self, req, block_ids)
+    def counting(method):
+        def counted(self, req, block_ids=()):
+            nonlocal keys_added
+            state = self._requests.get(req.req_id)
+            if state is not None:  # what a refresh at this point appends, whichever method runs
+                known = len(state.offload_keys)
+                keys_added += (len(state.req.block_hashes) // self.config.blocks_per_chunk) - known > 0
+            return method(self, req, block_ids)
+        return counted
 
     runs = [(requests, config, fixes) for requests, config in _replays()
             for fixes in (Fixes(), Fixes().without("last_block_at_finish"), Fixes.preset("vllm-0.25"))]
-    ReferenceConnectorScheduler.request_finished = counted
-    try:
-        counted.method = original
-        before = [_outcome(*run) for run in runs]
-        counted.method = mutated
-        after = [_outcome(*run) for run in runs]
-    finally:
-        ReferenceConnectorScheduler.request_finished = original
+    before, after = _records_with_each(ReferenceConnectorScheduler, "request_finished",
+                                       (counting(original), counting(mutated)),
+                                       lambda: [_outcome(*run) for run in runs])
     assert before == after
     assert keys_added > 0, "no finish found keys to refresh: the probe did not reach the difference"
     print(f"    {len(runs)} replays: the same records; {keys_added // 2} finishes with keys left to refresh")
@@ -270,23 +281,21 @@ def reset_forgets_the_state() -> None:
                               "state.finish_signalled = False")
     reached = 0
 
-    def counted(self):
-        nonlocal reached
-        reached += sum(state.req.status.is_finished and not state.finish_signalled for state in self._requests.values())
-        return counted.method(self)
+    def counting(method):
+        def counted(self):
+            nonlocal reached
+            reached += sum(state.req.status.is_finished and not state.finish_signalled
+                           for state in self._requests.values())
+            return method(self)
+        return counted
 
     tiny = EngineConfig(gpu_blocks=16, cpu_chunks=16, block_size=4, store_completion_steps=4)
     finish_then_reset = [RequestSpec("A", tuple(range(1, 9)), (2,))]
     runs = [(requests, config, range(3, 400, 5)) for requests, config in _replays()]
     runs += [(finish_then_reset, tiny.replace(scheduling=mode), (at,)) for mode in ("sync", "async") for at in (1, 2)]
-    ReferenceConnectorScheduler.reset_cache = counted
-    try:
-        counted.method = original
-        before = [_outcome(requests, config, reset_cache_at=at) for requests, config, at in runs]
-        counted.method = mutated
-        after = [_outcome(requests, config, reset_cache_at=at) for requests, config, at in runs]
-    finally:
-        ReferenceConnectorScheduler.reset_cache = original
+    before, after = _records_with_each(
+        ReferenceConnectorScheduler, "reset_cache", (counting(original), counting(mutated)),
+        lambda: [_outcome(requests, config, reset_cache_at=at) for requests, config, at in runs])
     assert before == after
     assert reached > 0, "no reset met a finished, unsignalled request: the probe did not reach the line"
     print(f"    {len(runs)} replays with resets: the same records; the line ran {reached // 2} times")

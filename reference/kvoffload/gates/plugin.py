@@ -18,19 +18,21 @@ def pytest_addoption(parser) -> None:
                     help="with --kv-connector reference: fix flags to switch off, comma-separated (kvoffload fixes)")
 
 
+def _disabled(config) -> tuple[str, ...]:
+    """``--kv-disable a,b`` as its fix names."""
+    return tuple(name for name in config.getoption("--kv-disable").split(",") if name)
+
+
 def pytest_configure(config) -> None:
     """Bad options end the run in one line before any gate is collected (collecting imports vLLM
     and torch: tens of seconds)."""
-    from kvoffload.choice import check_source
-    from kvoffload.core.fixes import Fixes
+    from kvoffload.choice import ConnectorChoice, check_source
     from kvoffload.core.types import ConfigError
 
     option = config.getoption
-    disabled = tuple(name for name in option("--kv-disable").split(",") if name)
+    disabled = _disabled(config)
     try:
-        Fixes().without(*disabled)  # an unknown fix name
-        if option("--kv-preset"):
-            Fixes.preset(option("--kv-preset"))  # an unknown preset
+        ConnectorChoice.build(option("--kv-preset"), disabled)  # an unknown preset or fix name
         check_source(option("--kv-connector"), option("--kv-preset"), disabled)
     except ConfigError as error:
         raise pytest.UsageError(f"kvoffload gates: {error}") from None
@@ -51,5 +53,4 @@ class GateConnector:
 def kv_connector(request) -> GateConnector:
     pytest.importorskip("vllm", reason="the gates run in vLLM's scheduler: install the vllm extra")
     option = request.config.getoption  # checked by pytest_configure
-    disabled = tuple(name for name in option("--kv-disable").split(",") if name)
-    return GateConnector(option("--kv-connector"), option("--kv-preset"), disabled)
+    return GateConnector(option("--kv-connector"), option("--kv-preset"), _disabled(request.config))
