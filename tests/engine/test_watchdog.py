@@ -124,3 +124,19 @@ class TestWatchdog:
         assert verdict is not None and verdict.step == 10
         assert verdict.preemptions == {"a": 5}
         assert "5 preemptions in that window (a x5)" in verdict.describe()
+
+    def test_any_engine_reports_written_ends_the_same_way(self):
+        """The vLLM replays pass (request, written up to) pairs: the first pass past the high-water
+        mark is progress, a pass that ends at or below it is not, and a finish is."""
+        watchdog = ProgressWatchdog(store_completion_steps=0, window=3)
+        alive = {"a", "b"}
+        assert watchdog.observe_ends(0, [("a", 48), ("b", 16)], 0, alive) is None
+        assert watchdog.observe_ends(1, [("a", 48), ("b", 16)], 0, alive) is None  # no progress: 1
+        assert watchdog.observe_ends(2, [("b", 17)], 0, alive) is None  # b's 17th position: progress
+        assert watchdog.observe_ends(3, [("a", 32)], 0, alive) is None  # recompute
+        assert watchdog.observe_ends(4, [], 1, alive) is None  # a request finished: progress
+        assert watchdog.observe_ends(5, [("a", 48)], 1, alive) is None
+        assert watchdog.observe_ends(6, [("b", 17)], 1, alive) is None
+        verdict = watchdog.observe_ends(7, [], 1, alive)
+        assert verdict is not None and (verdict.last_progress_step, verdict.window) == (4, 3)
+        assert watchdog.observe_ends(8, [], 1, ()) is None  # nothing alive: waiting, not cycling

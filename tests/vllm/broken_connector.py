@@ -124,3 +124,12 @@ class PreemptedBlocksKeptConnector(KVOffloadConnector):
         answer = super().get_num_new_matched_tokens(request, num_computed_tokens)
         state.block_ids[:0] = kept
         return answer
+
+
+class AsksForKvDeliveryConnector(KVOffloadConnector):
+    """The reference connector without its opt-out of KV delivery: the base class's default for a
+    kv_both connector (vLLM 0.27+), so a preemption drops the request's in-flight output."""
+
+    @property
+    def requires_kv_delivery(self):
+        return True

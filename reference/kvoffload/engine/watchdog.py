@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Collection, Sequence
+from typing import Collection, Iterable, Sequence
 
 WATCHDOG_STEPS = 1000
 
@@ -49,14 +49,21 @@ class ProgressWatchdog:
         self._preemptions[req_id] += 1
 
     def observe(self, step: int, scheduled: Sequence, finished: int, alive: Collection[str]) -> Livelock | None:
-        """After a step: note its progress; a verdict once the window passed without any."""
+        """After a step of the simulator: note its progress; a verdict once the window passed
+        without any."""
+        return self.observe_ends(step, ((item.live.req_id, item.start + item.num_tokens) for item in scheduled),
+                                 finished, alive)
+
+    def observe_ends(self, step: int, written_ends: Iterable[tuple[str, int]], finished: int,
+                     alive: Collection[str]) -> Livelock | None:
+        """After a step, given per scheduled request the position its pass wrote up to (any
+        engine: the vLLM replays call this directly)."""
         progressed = finished != self._finished
         self._finished = finished
         high_water = self._high_water
-        for item in scheduled:
-            end = item.start + item.num_tokens
-            if end > high_water.get(item.live.req_id, 0):
-                high_water[item.live.req_id] = end
+        for req_id, end in written_ends:
+            if end > high_water.get(req_id, 0):
+                high_water[req_id] = end
                 progressed = True
         if progressed or not alive:  # nothing alive: waiting for arrivals is not a livelock
             self._last_progress = step

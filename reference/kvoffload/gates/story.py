@@ -79,9 +79,9 @@ def fail_first(kind: TransferKind):
     """``prepare`` for a replay whose first copy of ``kind`` fails (the destination scribbled,
     reported ``success=False``), with the reference's stepped handler (``reference_only``)."""
     def prepare(built) -> None:
-        from kvoffload.vllm.replay import _transfer_handler
+        from kvoffload.vllm.connector_parts import transfer_handler
 
-        handler = _transfer_handler(built.worker)
+        handler = transfer_handler(built.worker)
         failed: list[int] = []
 
         def fails(job) -> bool:

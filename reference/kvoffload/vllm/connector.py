@@ -150,6 +150,15 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self._load_owner: dict[int, str] = {}  # load job id -> request, until reported
         self._completed: list[TransferResult] = []
 
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A best-effort cache, like vLLM's OffloadingConnector (offloading_connector.py, 0.27+):
+        # a dropped store is a later miss. The base class's default (True for kv_both) makes the
+        # scheduler drop a preempted request's in-flight output, and under async scheduling
+        # 0.27.0-0.29.0 then preempt and re-admit the same batch forever (docs/fidelity.md,
+        # "A connector that asks for KV delivery").
+        return False
+
     def choose_fixes(self, configured: Fixes) -> Fixes:
         """The fix flags both roles run with; a subclass may change them (tests plant bugs so)."""
         return configured

@@ -44,14 +44,8 @@ from kvoffload.vllm.llm_start import OFF, shut_down, start_engine, transfer_conf
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.vllm.outputs import RequestOutcome, compare_outputs
 from kvoffload.vllm.pinned import call_pinned
-from kvoffload.vllm.replay import (
-    SCHEDULER_CALLS,
-    STORE_SUBMIT_DELAYS,
-    WORKER_CALLS,
-    _tracked_requests,
-    _transfer_handler,
-    wait_for_unreported_copies,
-)
+from kvoffload.vllm.connector_parts import tracked_requests, transfer_handler, wait_for_unreported_copies
+from kvoffload.vllm.replay import SCHEDULER_CALLS, STORE_SUBMIT_DELAYS, WORKER_CALLS
 from kvoffload.vllm.scheduled_writes import ScheduledWrites
 
 # Glossary metrics this engine cannot observe (absent, not zero): the fingerprint oracle, fences
@@ -122,7 +116,7 @@ class _Replay:
             self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.actual)
             self.ledger.attach(self.connector)  # outside the timing: its own cost is not the connector's
         self.store_delays = None
-        handler = _transfer_handler(self.worker)
+        handler = transfer_handler(self.worker)
         if handler is not None and not llm.vllm_config.scheduler_config.async_scheduling:
             self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
             self.store_delays.attach(handler)
@@ -281,8 +275,8 @@ class _Replay:
             record.lifecycle_violations = len(core.manager.violations)
             record.connector_stats = dict(vars(core.stats))
         if record.crash is None and not record.stuck_requests:
-            record.leaked_requests = _tracked_requests(self.connector) or ()
-        handler = _transfer_handler(self.worker)
+            record.leaked_requests = tracked_requests(self.connector) or ()
+        handler = transfer_handler(self.worker)
         if handler is not None:  # both built-in workers copy through a FanOutHandler
             (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
                 handler.totals[True], handler.totals[False])
@@ -294,7 +288,7 @@ class _Replay:
                                  "lifecycle_violations", "leaked_requests", "connector_us_per_step", "copy_gb_per_s",
                                  "prefill_tokens_saved")
         extra = () if getattr(self.connector, "core", None) is not None else ("lifecycle_violations",)
-        if _tracked_requests(self.connector) is None:
+        if tracked_requests(self.connector) is None:
             extra += ("leaked_requests",)
         measured = () if self.store_delays is None else STORE_SUBMIT_DELAYS
         return tuple(name for name in UNMEASURED if name not in measured) + extra

@@ -35,6 +35,7 @@ from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for both engines
 from kvoffload.engine.record import PoisonedLoad, RunRecord
+from kvoffload.engine.watchdog import ProgressWatchdog
 from kvoffload.vllm.build import (
     ConnectorLoad,
     build_kv_cache_config,
@@ -42,6 +43,7 @@ from kvoffload.vllm.build import (
     build_vllm_config,
     build_worker_side,
 )
+from kvoffload.vllm.connector_parts import copy_hook, tracked_requests, transfer_handler, wait_for_unreported_copies
 from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, read_positions, write_positions
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
@@ -62,7 +64,7 @@ WORKER_CALLS = ("handle_preemptions", "bind_connector_metadata", "start_load_kv"
 STORE_SUBMIT_DELAYS = ("store_submit_delay_steps_p50", "store_submit_delay_steps_p99")
 UNMEASURED = ("fence_violations", *STORE_SUBMIT_DELAYS,
               "store_visible_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled",
-              "livelock", "invariant_violations", "last_chunk_offloaded_rate")
+              "invariant_violations", "last_chunk_offloaded_rate")
 
 
 class VllmSchedulerReplay:
@@ -92,7 +94,7 @@ class VllmSchedulerReplay:
         timed_methods(self.worker, WORKER_CALLS, self._timings)
         self.ledger.attach(connector)  # outside the timing: its own cost is not the connector's
         self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
-        handler = _transfer_handler(self.worker)
+        handler = transfer_handler(self.worker)
         if handler is not None:
             self.store_delays.attach(handler)
         init_none_hash(sha256)
@@ -110,6 +112,11 @@ class VllmSchedulerReplay:
         self._sequences: dict[str, ScriptedSequence] = {}
         self._requests: dict[str, Request] = {}
         self._finished: set[str] = set()
+        self._alive: set[str] = set()  # admitted, not finished: what the watchdog reports stuck
+        # A release's scheduler can go round in circles (docs/fidelity.md, "A connector that asks
+        # for KV delivery"): the simulator's watchdog bounds the replay the same way.
+        self.watchdog = ProgressWatchdog(engine.store_completion_steps)
+        self._written_ends: list[tuple[str, int]] = []  # this step's passes: request, written up to
         self._spec_steps: dict[str, int] = defaultdict(int)
         self._pending = None  # async: what _update needs of the previous step
         self._step = 0
@@ -127,6 +134,8 @@ class VllmSchedulerReplay:
                    or wait_for_unreported_copies(self.worker)):
                 if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
                     self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
+                    break
+                if self.record.livelock is not None:
                     break
                 progressed = self._one_step() or wait_for_unreported_copies(self.worker)
                 idle = 0 if progressed or self._arrivals else idle + 1
@@ -149,6 +158,8 @@ class VllmSchedulerReplay:
                 self._on_finished(req_id, step)
         scheduler_output = self.scheduler.schedule()
         self.record.preemptions += len(scheduler_output.preempted_req_ids or ())
+        for req_id in scheduler_output.preempted_req_ids or ():
+            self.watchdog.preempted(req_id)
         executed = self._execute(step, scheduler_output)
         kv_out = executed[2].kv_connector_output
         busy = bool(scheduler_output.num_scheduled_tokens or kv_out.finished_recving
@@ -159,6 +170,11 @@ class VllmSchedulerReplay:
             self._pending = executed if busy else None
         else:
             self._update(*executed)
+        verdict = self.watchdog.observe_ends(step, self._written_ends, self.record.finished_requests, self._alive)
+        if verdict is not None:
+            self.record.livelock = verdict.as_dict()
+            self.record.livelock_message = verdict.describe()
+            self.record.stuck_requests = verdict.alive
         self._step += 1
         self.record.steps = self._step
         return busy
@@ -173,6 +189,7 @@ class VllmSchedulerReplay:
             request = Request(request_id=req_id, prompt_token_ids=list(spec.prompt_token_ids),
                               sampling_params=params, pooling_params=None, block_hasher=self._hasher)
             self._requests[req_id] = request
+            self._alive.add(req_id)
             self._sequences[req_id] = ScriptedSequence(spec.prompt_token_ids + spec.output_token_ids)
             self.record.requests += 1
             self.record.prompt_tokens += spec.num_prompt_tokens
@@ -182,6 +199,7 @@ class VllmSchedulerReplay:
 
     def _on_finished(self, req_id: str, step: int) -> None:
         self._finished.add(req_id)
+        self._alive.discard(req_id)
         request = self._requests[req_id]
         self.record.finished_requests += 1
         self.record.output_tokens += request.num_output_tokens
@@ -205,6 +223,7 @@ class VllmSchedulerReplay:
         self.store_delays.allocated(scheduler_output)
         worker.bind_connector_metadata(meta)
         writes, accepted = [], {}
+        self._written_ends = []
         drafts_of = scheduler_output.scheduled_spec_decode_tokens
         fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
         fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
@@ -220,12 +239,13 @@ class VllmSchedulerReplay:
                 values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
             writes.append((self.tables.tables[req_id], start, values))
+            self._written_ends.append((req_id, start + real))
             self.store_delays.written(step, self.tables.tables[req_id], start, start + real + accepted.get(req_id, 0))
             self.record.scheduled_tokens += count
         write_positions(self.cells, writes, bs)
         worker.start_load_kv(None)
         worker.wait_for_save()
-        _copy_hook(worker)()
+        copy_hook(worker)()
         _, recving = worker.get_finished(scheduler_output.finished_req_ids)
         # Failed loads' blocks travel with the pass that reports the load, as vLLM's runner
         # carries them (kv_connector_model_runner_mixin.py): its scheduler recomputes them or
@@ -326,8 +346,8 @@ class VllmSchedulerReplay:
             record.lifecycle_violations = len(core.manager.violations)
             record.connector_stats = dict(vars(core.stats))
         if record.crash is None and not record.stuck_requests:
-            record.leaked_requests = _tracked_requests(connector) or ()
-        handler = _transfer_handler(self.worker)
+            record.leaked_requests = tracked_requests(connector) or ()
+        handler = transfer_handler(self.worker)
         if handler is not None:  # both built-in workers copy through a FanOutHandler
             (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
                 handler.totals[True], handler.totals[False])
@@ -342,52 +362,12 @@ class VllmSchedulerReplay:
         reference manager's strict mode; leaks need the connector's request table."""
         connector = self.scheduler.connector
         extra = () if getattr(connector, "core", None) is not None else ("lifecycle_violations",)
-        if _tracked_requests(connector) is None:
+        if tracked_requests(connector) is None:
             extra += ("leaked_requests",)
-        measured = () if _transfer_handler(self.worker) is None else STORE_SUBMIT_DELAYS  # observe.py
+        measured = () if transfer_handler(self.worker) is None else STORE_SUBMIT_DELAYS  # observe.py
         return tuple(name for name in UNMEASURED if name not in measured) + extra
 
     @property
     def timings(self) -> dict[str, float]:
         return dict(self._timings)
 
-
-def _copy_hook(worker):
-    """The worker's 'copy what was submitted' call (stepped handlers), or a no-op."""
-    hook = getattr(worker, "copy_submitted", None)
-    if hook is None:
-        inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
-        hook = getattr(inner, "copy_submitted", None)
-    return hook or (lambda: None)
-
-
-def wait_for_unreported_copies(worker) -> bool:
-    """Copies submitted and not yet reported: wait until they are copied, so the next step
-    reports them (True), else False. With a background handler a step can find nothing to do
-    while a load or the last request's final store is still copying; a run waits for the copy
-    instead of counting the step as idle (200 such steps pass in milliseconds, a copy may take
-    longer) or ending with the request still tracked. vLLM's engine would keep stepping, in real
-    time, until the copy lands; here the verdict never depends on a copy thread's timing."""
-    handler = _transfer_handler(worker)
-    if handler is None or not getattr(handler, "unreported_jobs", 0):
-        return False
-    handler.wait_all()
-    return True
-
-
-def _transfer_handler(worker):
-    handler = getattr(getattr(worker, "worker", None), "handler", None)  # KVOffloadConnector
-    if handler is None:  # vLLM's OffloadingConnector with the torch-copy spec
-        handler = getattr(getattr(getattr(worker, "connector_worker", None), "worker", None), "handler", None)
-    return handler if hasattr(handler, "totals") else None
-
-
-def _tracked_requests(connector) -> tuple[str, ...] | None:
-    """Requests the connector still tracks; None when it does not say."""
-    core = getattr(connector, "core", None)
-    if core is not None:
-        return tuple(core.tracked_request_ids())
-    stock = getattr(connector, "connector_scheduler", None)
-    if stock is not None and hasattr(stock, "_req_status"):
-        return tuple(stock._req_status)  # vLLM's OffloadingConnectorScheduler keeps them here
-    return None

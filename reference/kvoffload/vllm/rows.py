@@ -48,6 +48,7 @@ def release_row(workload_name: str, scheduling: str, preset: str | None = None) 
     unmeasured = set(replay.unmeasured()) | MODEL_METRICS  # no real model ran
     row["metrics"] = {name: value for name, value in compute_metrics(record).items() if name not in unmeasured}
     row["error"] = None if record.crash is None else {"message": record.crash, "step": record.crash_step}
+    row["livelock"] = record.livelock_message  # the watchdog's verdict: the release went round in circles
     row["leaked"] = list(record.leaked_requests)
     row["stuck"] = list(record.stuck_requests)
     row["first_admission"] = {req_id: list(hits) for req_id, hits in replay.ledger.first_admission.items()}

@@ -1,0 +1,47 @@
+"""Where each connector keeps the parts a replay reads: the transfer handler that copies (ours,
+or vLLM's OffloadingConnector over the torch-copy spec), its "copy what was submitted" call, and
+the requests the scheduler half still tracks. Both vLLM replays (``replay``, ``llm_engine``) and
+the gate stories use them."""
+
+from __future__ import annotations
+
+
+def copy_hook(worker):
+    """The worker's 'copy what was submitted' call (stepped handlers), or a no-op."""
+    hook = getattr(worker, "copy_submitted", None)
+    if hook is None:
+        inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
+        hook = getattr(inner, "copy_submitted", None)
+    return hook or (lambda: None)
+
+
+def wait_for_unreported_copies(worker) -> bool:
+    """Copies submitted and not yet reported: wait until they are copied, so the next step
+    reports them (True), else False. With a background handler a step can find nothing to do
+    while a load or the last request's final store is still copying; a run waits for the copy
+    instead of counting the step as idle (200 such steps pass in milliseconds, a copy may take
+    longer) or ending with the request still tracked. vLLM's engine would keep stepping, in real
+    time, until the copy lands; here the verdict never depends on a copy thread's timing."""
+    handler = transfer_handler(worker)
+    if handler is None or not getattr(handler, "unreported_jobs", 0):
+        return False
+    handler.wait_all()
+    return True
+
+
+def transfer_handler(worker):
+    handler = getattr(getattr(worker, "worker", None), "handler", None)  # KVOffloadConnector
+    if handler is None:  # vLLM's OffloadingConnector with the torch-copy spec
+        handler = getattr(getattr(getattr(worker, "connector_worker", None), "worker", None), "handler", None)
+    return handler if hasattr(handler, "totals") else None
+
+
+def tracked_requests(connector) -> tuple[str, ...] | None:
+    """Requests the connector still tracks; None when it does not say."""
+    core = getattr(connector, "core", None)
+    if core is not None:
+        return tuple(core.tracked_request_ids())
+    stock = getattr(connector, "connector_scheduler", None)
+    if stock is not None and hasattr(stock, "_req_status"):
+        return tuple(stock._req_status)  # vLLM's OffloadingConnectorScheduler keeps them here
+    return None
