@@ -62,6 +62,13 @@ def alive(pid: int) -> bool:
         return False
 
 
+def as_a_foreground_job() -> None:
+    """Ctrl-C reaches a command typed at a terminal. A test run started in the background by a
+    non-interactive shell (`cmd &`) inherits SIGINT ignored, and a Python started so never turns
+    it into KeyboardInterrupt: the sweep would rightly ignore the Ctrl-C this file sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_sweep(folder: Path, settle: float = 8.0, jobs: int = 2) -> tuple[subprocess.Popen, list[int]]:
     """A sweep of two long cells over ``jobs`` workers, its own process group; returned once
     both workers exist and ``settle`` seconds more (0: while they still import, 8: into their
@@ -70,7 +77,8 @@ def start_sweep(folder: Path, settle: float = 8.0, jobs: int = 2) -> tuple[subpr
     sweep = subprocess.Popen(
         [sys.executable, "-m", "kvoffload.cli", "sweep", "--workload", str(workload), "--grid", "cpu_chunks=64,128",
          "--jobs", str(jobs), "--out-dir", str(folder / "out"), "--quiet"],
-        cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=as_a_foreground_job)
     deadline = time.monotonic() + START_SECONDS
     while len(workers_of(sweep.pid)) < jobs:
         assert sweep.poll() is None, sweep.communicate()
