@@ -40,6 +40,7 @@ class AdmissionLedger:
         self.specs = specs
         self.loaded_tokens = 0  # connector hits vLLM accepted, i.e. positions loads will write
         self.pending_loads: dict[str, tuple[int, int]] = {}  # request -> positions its load writes
+        self._load_from: dict[str, int] = {}  # request -> where its latest connector load starts
         self.first_admission: dict[str, tuple[int, int]] = {}  # request -> (GPU hit, connector hit)
         self._local_at_lookup: dict[str, int] = {}
         self._parent_end: dict[str, tuple[int, tuple[int, ...]]] = {}  # last fully-written chunk end, truth
@@ -77,6 +78,7 @@ class AdmissionLedger:
         record.admission_hit_tokens += num_external
         if num_external:
             self.pending_loads[req_id] = (num_local, num_local + num_external)
+            self._load_from[req_id] = num_local
             self.loaded_tokens += num_external
         if req_id in self.first_admission:
             return
@@ -94,11 +96,19 @@ class AdmissionLedger:
         if follow_up is not None:
             record.continuations.append(follow_up)
 
-    def parent_finished(self, req_id: str, truth: tuple[int, ...], request) -> None:
-        """Remember a finished parent's last fully-written chunk, by the simulator's definition."""
+    def parent_finished(self, req_id: str, truth: tuple[int, ...], request, loading: bool = False) -> None:
+        """Remember a finished parent's last fully-written chunk, by the simulator's definition.
+        ``loading``: aborted while vLLM's scheduler still waited for its connector load."""
         aborted = request.status.name == "FINISHED_ABORTED"
-        self._parent_end[req_id] = (last_written_chunk_end(request.num_tokens, request.num_computed_tokens,
-                                                           aborted, self.tokens_per_chunk), truth)
+        computed = request.num_computed_tokens
+        if aborted and loading:
+            # vLLM counts a load as computed at admission, "even though KVs are not yet loaded"
+            # (Scheduler.schedule); aborted before the scheduler saw it land, the request got only
+            # as far as its GPU hit, as the simulator counts it (docs/fidelity.md, "An aborted
+            # parent's load in flight").
+            computed = min(computed, self._load_from.get(req_id, computed))
+        self._parent_end[req_id] = (last_written_chunk_end(request.num_tokens, computed, aborted,
+                                                           self.tokens_per_chunk), truth)
 
 
 class StoreSubmitDelays:

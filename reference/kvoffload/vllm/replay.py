@@ -154,8 +154,10 @@ class VllmSchedulerReplay:
         self._admit(step)
         for req_id in self._aborts.pop(step, ()):
             if req_id not in self._finished:
+                loading = (self._requests[req_id].status == RequestStatus.WAITING_FOR_REMOTE_KVS
+                           and req_id not in self.scheduler.finished_recving_kv_req_ids)  # not seen landing
                 self.scheduler.finish_requests([req_id], RequestStatus.FINISHED_ABORTED)
-                self._on_finished(req_id, step)
+                self._on_finished(req_id, step, loading)
         scheduler_output = self.scheduler.schedule()
         self.record.preemptions += len(scheduler_output.preempted_req_ids or ())
         for req_id in scheduler_output.preempted_req_ids or ():
@@ -197,13 +199,13 @@ class VllmSchedulerReplay:
                 self._aborts[step + spec.abort_after_steps].append(req_id)
             self.scheduler.add_request(request)
 
-    def _on_finished(self, req_id: str, step: int) -> None:
+    def _on_finished(self, req_id: str, step: int, loading: bool = False) -> None:
         self._finished.add(req_id)
         self._alive.discard(req_id)
         request = self._requests[req_id]
         self.record.finished_requests += 1
         self.record.output_tokens += request.num_output_tokens
-        self.ledger.parent_finished(req_id, self._sequences[req_id].truth, request)
+        self.ledger.parent_finished(req_id, self._sequences[req_id].truth, request, loading)
         for child in self._children.pop(req_id, ()):
             arrival = step + 1 + self.specs[child].think_steps
             self._order += 1
