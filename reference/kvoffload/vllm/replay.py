@@ -360,6 +360,11 @@ class VllmSchedulerReplay:
         if handler is not None:  # both built-in workers copy through a FanOutHandler
             (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
                 handler.totals[True], handler.totals[False])
+        self.close()
+
+    def close(self) -> None:
+        """Stop both sides of the connector (the worker's copy threads and buffers): after a run,
+        or instead of one (a gate story skipped once the replay is built)."""
         try:
             self.scheduler.shutdown()
         except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
