@@ -5,7 +5,8 @@ their first parent had it, one whose package yields no value at all. A catch-up 
 records the newest and the oldest of those that changed the package (coarse to fine) and commits
 each one's results alone; a later call finds the commit cut short last time, records it again,
 then the commits with their parent's package, lists the broken one as skipped, and commits that
-too. Nothing outside results/asv/ is ever committed, whatever else the tree holds.
+too. Nothing outside results/asv/ is ever committed, whatever else the tree holds, and a call
+with nothing to record leaves the tree as it was.
 """
 
 from __future__ import annotations
@@ -146,6 +147,14 @@ def test_a_catch_up_commits_each_recorded_commit_alone_coarse_to_fine_and_resume
     third = record(repo, "--commit")  # caught up: nothing to record, nothing committed
     assert "0 to record (of 0 missing, 0 of them" in third.stdout and f"passed over: {broken}" in third.stdout
     assert git(repo, "rev-parse", "HEAD") == git(repo, "rev-parse", later[0])
+
+    # The results reach main; a call that finds nothing to record (here: a commit already
+    # recorded) writes nothing, not even the first-parent line, which now has commits to add.
+    git(repo, "switch", "-q", "main")
+    git(repo, "merge", "-q", "--ff-only", "work")
+    fourth = record(repo, short(repo, "c6"))
+    assert fourth.returncode == 0 and "0 to record" in fourth.stdout, fourth.stderr
+    assert git(repo, "status", "--porcelain", "--", "results").strip() == ""
 
 
 def test_unknown_options_and_bad_counts_exit_2_in_one_line(repo):

@@ -133,3 +133,18 @@ class AsksForKvDeliveryConnector(KVOffloadConnector):
     @property
     def requires_kv_delivery(self):
         return True
+
+
+class OpaqueConnector(KVOffloadConnector):
+    """A connector the gates cannot look inside (no scheduler ``core``, as any connector not built
+    on the reference), which notes every shutdown of either side."""
+
+    shutdowns: list[str] = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.core = None
+
+    def shutdown(self) -> None:
+        OpaqueConnector.shutdowns.append("worker" if self.worker is not None else "scheduler")
+        super().shutdown()

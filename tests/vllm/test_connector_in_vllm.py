@@ -131,3 +131,6 @@ def test_a_failed_load_is_reported_to_vllm_and_never_read_as_computed_kv(small_w
     loaded = {r for r, (_, hits) in replay.ledger.first_admission.items() if hits}
     failed = {r for r, request in replay._requests.items() if request.status == RequestStatus.FINISHED_ERROR}
     assert loaded and loaded <= failed
+    # A request failed while still waiting for its load has finished all the same, and the
+    # conversation goes on: every turn of the workload arrives and is counted as finished.
+    assert record.requests == record.finished_requests == len(workload.requests)

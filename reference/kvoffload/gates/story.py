@@ -55,10 +55,14 @@ def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache
     built = VllmSchedulerReplay(requests, config, ConnectorLoad(connector.source, connector.preset, connector.disabled),
                                 on_step=on_step, max_steps=MAX_STEPS)
     replays.append(built)
-    if reference_only and getattr(built.scheduler.connector, "core", None) is None:
-        pytest.skip(reference_only)
-    if prepare is not None:
-        prepare(built)
+    try:
+        if reference_only and getattr(built.scheduler.connector, "core", None) is None:
+            pytest.skip(reference_only)
+        if prepare is not None:
+            prepare(built)
+    except BaseException:  # a skip, or a hook that cannot apply: the built connector stops all the same
+        built.close()
+        raise
     return built.run(), built
 
 

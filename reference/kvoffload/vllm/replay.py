@@ -334,6 +334,13 @@ class VllmSchedulerReplay:
                 self._on_finished(req_id, step)
             elif self.engine.spec_tokens and req_id in samples and not self.config.scheduler_config.async_scheduling:
                 drafts.append(req_id)  # async: the scheduler keeps placeholder drafts itself
+        if output.kv_connector_output.invalid_block_ids:
+            # A failed load fails its request under vLLM's default kv_load_failure_policy, also one
+            # still waiting for the load and so in no pass (scheduler.py, _handle_invalid_blocks):
+            # it has finished too, and its follow-ups arrive.
+            for req_id in sorted(self._alive):
+                if self._requests[req_id].is_finished():
+                    self._on_finished(req_id, step)
         if drafts:
             proposal = [[FILLER_TOKEN] * self.engine.spec_tokens for _ in drafts]
             self.scheduler.update_draft_token_ids(DraftTokenIds(drafts, proposal))
@@ -353,6 +360,11 @@ class VllmSchedulerReplay:
         if handler is not None:  # both built-in workers copy through a FanOutHandler
             (record.store_bytes, record.store_seconds), (record.load_bytes, record.load_seconds) = (
                 handler.totals[True], handler.totals[False])
+        self.close()
+
+    def close(self) -> None:
+        """Stop both sides of the connector (the worker's copy threads and buffers): after a run,
+        or instead of one (a gate story skipped once the replay is built)."""
         try:
             self.scheduler.shutdown()
         except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
