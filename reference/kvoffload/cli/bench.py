@@ -48,7 +48,7 @@ def register(sub) -> None:
     bench.add_argument("--out-dir", action=Once, type=Path, default=DEFAULT_ROOT / "runs", metavar="DIR",
                        help=f"folder for one result file per run and the summary (default {DEFAULT_ROOT / 'runs'}/); "
                             "files of the same names there are replaced")
-    bench.add_argument("--quiet", action=OnceTrue)
+    bench.add_argument("--quiet", action=OnceTrue, help="no progress bar")
     bench.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
                        help="vllm-scheduler: the small workloads on the simulator and on vLLM's scheduler "
                             "with vLLM's stock connector and the reference; vllm: on vLLM's real engine and a "

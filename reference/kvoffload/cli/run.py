@@ -25,11 +25,14 @@ def register(sub) -> None:
     run = sub.add_parser("run", help="replay one workload through one connector configuration")
     run.add_argument("--workload", action=Once, default=DEFAULT_WORKLOAD,
                      help="NAME | PATH.toml | mooncake:FILE | sharegpt:FILE")
-    run.add_argument("--scheduling", action=Once, choices=("sync", "async"))
-    run.add_argument("--disable-fix", action=Each, default=[], metavar="NAME")
+    run.add_argument("--scheduling", action=Once, choices=("sync", "async"),
+                     help="sync or async scheduling (default: the workload's; same as --set scheduling=...)")
+    run.add_argument("--disable-fix", action=Each, default=[], metavar="NAME",
+                     help="replay with this fix flag off (repeatable; kvoffload fixes lists them)")
     run.add_argument("--preset", action=Once, metavar="NAME",
                      help=f"a vLLM release: one of {', '.join(PRESETS)}; 'reference' (the default) for all fixes on")
-    run.add_argument("--set", action=Each, default=[], metavar="KEY=VALUE", dest="settings")
+    run.add_argument("--set", action=Each, default=[], metavar="KEY=VALUE", dest="settings",
+                     help="an engine setting for this run (repeatable; e.g. cpu_chunks=64GiB, gpu_blocks=auto)")
     run.add_argument("--out", action=Once, type=Path, help=f"result JSON (default {DEFAULT_ROOT / 'runs'}/<workload>-<label>.json)")
     run.add_argument("--quiet", action=OnceTrue, help="no progress bar")
     run.add_argument("--max-steps", action=Once, type=_positive_int, metavar="N",
