@@ -87,3 +87,18 @@ def test_publish_refuses_a_tree_with_changes(tmp_path):
     assert done.returncode == 2
     assert "tracked files differ from HEAD" in done.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_every_part_of_the_committed_results_has_a_documented_writer():
+    """benchmarks/README.md's table of writers names each folder under results/ that git tracks,
+    so "what changes results/" is answered for all of it, not only for publish's part."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "results"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    parts = {path.split("/")[1] for path in tracked if path.count("/") >= 2}
+    readme = (REPO / "benchmarks" / "README.md").read_text()
+    table = readme[readme.index("| writer | what it writes |"):]
+    table = table[:table.index("\n\n")]
+    assert parts and {part for part in parts if f"`results/{part}/" not in table} == set()
+    assert "This is the only way" not in readme

@@ -27,8 +27,8 @@ from typing import Iterable
 from kvoffload import results
 from kvoffload.cli.flags import UsageError
 
-# Where run, bench, sweep and report write by default: a folder git ignores (.gitignore), so an
-# ad-hoc run never changes the committed results/ (only benchmarks/publish does, from a clean commit).
+# Where run, bench, sweep, report and releases write by default: a folder git ignores (.gitignore),
+# so an ad-hoc run never changes the committed results/ (benchmarks/README.md lists its writers).
 DEFAULT_ROOT = Path("out")
 
 
