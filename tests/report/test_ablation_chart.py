@@ -90,3 +90,22 @@ def test_no_text_overlaps_a_tick_label(tmp_path):
                 box = text.get_window_extent(renderer)
                 assert not any(box.overlaps(tick) for tick in ticks), (ax.get_title(), text.get_text())
                 assert box.y0 >= panel.y1 or panel.x0 <= box.x0 and box.x1 <= panel.x1, text.get_text()
+
+
+def test_two_files_for_one_bar_are_both_named_in_the_caption(tmp_path):
+    """A bench run and the same run of a capacity sweep (same commit and configuration): the chart
+    draws one, and its caption says which file it drew, which it passed over, and whether they agree."""
+    bench, sweep = run("reference"), run("reference")
+    bench = RunFile(**{**bench.__dict__, "path": Path("runs/bench-w-reference.json")})
+    sweep = RunFile(**{**sweep.__dict__, "path": Path("runs/capacity/w-reference-cpu64.json")})
+    [chart] = draw_ablation([bench, sweep, run("vllm-0.25")], tmp_path)
+    assert [row[3] for row in chart.table[1:]] == [str(sweep.path), "runs/w-vllm-0.25.json"]
+    assert ("reference: drawn from runs/capacity/w-reference-cpu64.json, runs/bench-w-reference.json passed over "
+            "(their deterministic metrics are equal)") in chart.caption
+    # a rerun that did not reproduce: the caption names the metrics that differ
+    rerun = RunFile(**{**sweep.__dict__, "metrics": {**sweep.metrics, "offload_hit_rate": 0.6,
+                                                     "connector_us_per_step": 9.0}})
+    [chart] = draw_ablation([bench, rerun], tmp_path)
+    assert "passed over (they differ in offload_hit_rate)" in chart.caption
+    [chart] = draw_ablation([bench, run("vllm-0.25")], tmp_path)
+    assert "passed over" not in chart.caption

@@ -181,8 +181,8 @@ def passed_over_note(pairs: Sequence[tuple[RunFile, RunFile]]) -> str:
         parts.append(f"{drawn.label}: drawn from {drawn.path}, {other.path} passed over ({verdict})")
     if not parts:
         return ""
-    return ("Two result files for one bar (same workload, connector, commit and configuration; the later "
-            "in path order is drawn): " + "; ".join(parts) + ".")
+    return ("Two result files for one bar or point (same workload, connector, commit and configuration; the "
+            "later in path order is drawn): " + "; ".join(parts) + ".")
 
 
 def footer(fig: Figure, runs: Sequence[RunFile], varied: tuple[str, ...] = ()) -> None:
@@ -231,7 +231,7 @@ def capacity_series(runs: Sequence[RunFile]) -> dict[str, dict[str, list[RunFile
         for run in group:
             chunks = run.config.get("cpu_chunks")
             if isinstance(chunks, int):
-                families[(run.label, run.config_key_without("cpu_chunks"))][chunks] = run
+                families[(run.label, run.config_key_without("cpu_chunks"))][chunks] = run  # see passed_over
         series: dict[str, list[RunFile]] = {}
         counts: dict[str, int] = defaultdict(int)
         for (label, _), by_chunks in sorted(families.items(), key=lambda item: label_order([item[0][0]])):
@@ -271,8 +271,10 @@ def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         footer(fig, [run for points in series.values() for run in points], varied=("cpu_chunks",))
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
         filename = save_chart(fig, out, f"capacity-{slug(workload)}.png")
+        drawn = [run for points in series.values() for run in points]
+        duplicates = passed_over_note(passed_over(drawn, by_workload(runs)[workload]))
         charts.append(Chart(RELEASE_LOSS, f"hit rate against CPU capacity: {workload}", filename,
-                            "runs that differ only in config.cpu_chunks; "
+                            "runs that differ only in config.cpu_chunks; " + (duplicates + " " if duplicates else "")
                             + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in CAPACITY_METRICS),
                             run_provenance([run for points in series.values() for run in points]),
                             table=run_table([run for points in series.values() for run in points],
