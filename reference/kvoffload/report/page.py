@@ -74,8 +74,7 @@ def _anchor(text: str) -> str:
     return slug(text).lower()
 
 
-# Figures are at most figures.MAX_FIGURE_WIDTH_PX wide: in a 1400 px window the body's 1368 px
-# shows them at 1:1. A table wider than the body scrolls inside its own box, never the page.
+# Figures are at most figures.MAX_FIGURE_WIDTH_PX wide: a 1400 px window shows them at 1:1. A table wider than the body scrolls inside its own box, never the page.
 STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0 1em}"
          ".table{max-width:100%;overflow-x:auto}"
          "img{max-width:100%;height:auto;border:1px solid #ddd;display:block}"
