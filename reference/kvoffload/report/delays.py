@@ -98,7 +98,8 @@ def _delay_distributions(chosen: Sequence[RunFile]) -> Figure:
             bars = ax.bar(steps, shares, 0.8, color=colors[run.label], edgecolor="white", linewidth=0.5)
             if label_values:
                 for bar, share in zip(bars, shares):
-                    ax.annotate(f"{share:.2f}", (bar.get_x() + bar.get_width() / 2, share), xytext=(0, 1),
+                    text = "<0.01" if 0 < share < 0.005 else f"{share:.2f}"  # a few chunks are not none
+                    ax.annotate(text, (bar.get_x() + bar.get_width() / 2, share), xytext=(0, 1),
                                 textcoords="offset points", ha="center", va="bottom", fontsize=7)
             ax.set_ylim(0, 1.3)
             ax.set_yticks([0, 0.5, 1.0])
