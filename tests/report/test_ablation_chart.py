@@ -41,10 +41,11 @@ def test_the_offloaded_share_of_last_chunks_stands_beside_the_last_block_hit_rat
     assert ablation_colors("last_chunk_offloaded_rate", runs[1:]) != [WARNING_COLOR] * 2
     [chart] = draw_ablation(runs, tmp_path)
     assert "last_chunk_offloaded_rate" in chart.table[0]
-    assert [row[chart.table[0].index("last_chunk_offloaded_rate")] for row in chart.table[1:]] == ["1.0", "0.75", "0.75"]
+    column = chart.table[0].index("last_chunk_offloaded_rate")
+    assert [row[column] for row in chart.table[1:]] == ["1.0", "0.75", "0.75"]
     assert "last_chunk_offloaded_rate (higher is better): of finished requests" in chart.caption
     page = Page(source=tmp_path, runs=runs)
-    column = HEADERS.index("last_chunk_offloaded_rate")
+    column = HEADERS.index("last_chunk_offloaded_rate")  # the page's runs table
     assert HEADERS[column - 1] == "last_block_hit_rate"
     assert [row[column] for row in page.summary_rows()] == ["1.000", "0.750", "0.750"]
 

@@ -30,8 +30,9 @@ SECTION_INTROS = {
                  "(the presets' bars of the ablation charts are under the previous question).",
 }
 
-SUMMARY_METRICS = ("last_block_hit_rate", "last_chunk_offloaded_rate", "offload_hit_rate", "poisoned_loads", "lifecycle_violations",
-                   "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled")
+SUMMARY_METRICS = ("last_block_hit_rate", "last_chunk_offloaded_rate", "offload_hit_rate", "poisoned_loads",
+                   "lifecycle_violations", "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
+                   "tokens_per_s_modeled")
 
 
 @dataclass
