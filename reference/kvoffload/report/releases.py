@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 
 from kvoffload.metrics import format_value
 from kvoffload.releases import SCHEMA, TABLE_METRICS
-from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, save_figure, slug
+from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, max_width_inches, save_figure, slug
 from kvoffload.results import ResultError
 
 TABLE_PATH = Path("releases") / "releases.json"
@@ -84,7 +84,7 @@ def _cell(metric: str, value) -> str:
 
 
 def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
-    fig = Figure(figsize=(15.0, 6.8), layout="constrained")
+    fig = Figure(figsize=(max_width_inches(), 6.8), layout="constrained")
     axes = fig.subplots(2, 4).flatten()
     position = {release: i for i, release in enumerate(releases)}
     for ax, metric in zip(axes, TABLE_METRICS):
