@@ -33,14 +33,16 @@ def provenance(seed: int) -> dict[str, Any]:
     from kvoffload import __version__
 
     return {
-        "commit": _git_commit(),
+        "commit": git_commit(),
         "versions": {"kvoffload": __version__, "python": platform.python_version(), "torch": torch.__version__},
         "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()},
         "seed": seed,
     }
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """HEAD of this checkout, with ``-dirty`` when tracked files differ from it; None without git.
+    What a run result's ``provenance.commit`` holds, and each row of the release table."""
     root = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -20,54 +20,29 @@ each stage's verdicts. Runs at ``nice -n 10`` and one mutant at a time (a shared
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
-import functools
-import hashlib
 import json
 import os
 import re
 import shlex
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-WORK = ROOT / ".mutation"
-TREE = WORK / "tree"
 sys.path.insert(0, str(Path(__file__).parent))
 
+from places import PACKAGE, ROOT, TREE, WORK, copy_tree  # noqa: E402
+from sampling import annotation_spans, in_annotation, mark_sample  # noqa: E402
+from sessions import STAGES, items, key, session_name, survivors_after, verdicts  # noqa: E402
 from targets import MAIN_SUITE_IGNORES, TESTS_OF  # noqa: E402
 
-PACKAGE = "reference/kvoffload/"
 FORKSERVER = Path(__file__).parent / "forkserver.py"
 SOCKET = WORK / "fork.sock"
 PYTHON = sys.executable
 VLLM_PYTHON = os.environ.get("KVOFFLOAD_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 PER_TEST_TIMEOUT_S = 240
-# The rest of CI, in its order; then "new": the module's selected tests again, with the tests
-# written for the survivors (--refresh-tests), which is how a survivor is killed by a new test.
-STAGES = ("main", "gate", "vllm", "new")
-
-
-def session_name(module: str) -> str:
-    return module.replace("/", ".").removesuffix(".py")
-
-
-def copy_tree(target: Path, only: str = "") -> None:
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in filter(None, files):
-        source = ROOT / name
-        # results/ travel too: the gate's baseline, and the files the main suite's tests read (README's
-        # tables, asv and run results); this tool's own results do not
-        wanted = not name.startswith("results/mutation/")
-        if source.is_file() and wanted and name.startswith(only):
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
 
 
 def env() -> dict[str, str]:
@@ -112,93 +87,6 @@ def write_config(module: str, timeout: float) -> Path:
 def cosmic_ray(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["nice", "-n", "10", str(Path(PYTHON).parent / "cosmic-ray"), *args], cwd=TREE, env=env(),
                           capture_output=True, text=True)
-
-
-def items(module: str) -> list[dict]:
-    """Every work item of a module's session, with its result when it has one: read from the
-    session database directly (what ``cosmic-ray dump`` prints, without its start-up per module)."""
-    with contextlib.closing(sqlite3.connect(WORK / f"{session_name(module)}.sqlite")) as connection:
-        found = connection.execute(
-            "SELECT s.job_id, s.operator_name, s.occurrence, s.start_pos_row, s.start_pos_col, s.end_pos_row, "
-            "s.end_pos_col, r.worker_outcome, r.output, r.test_outcome, r.diff FROM mutation_specs s "
-            "LEFT JOIN work_results r ON r.job_id = s.job_id ORDER BY s.job_id").fetchall()
-    rows = []
-    for job, operator, occurrence, row0, col0, row1, col1, worker, output, test, diff in found:
-        result = None if worker is None else {"worker_outcome": worker.lower(), "output": output,
-                                              "test_outcome": test.lower() if test else None, "diff": diff}
-        rows.append({"job": job, "module": module, "operator": operator, "occurrence": occurrence,
-                     "start": (row0, col0), "end": (row1, col1), "result": result})
-    return rows
-
-
-def key(row: dict) -> str:
-    return f"{row['module']}:{row['operator']}:{row['occurrence']}"
-
-
-def rank(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=None)
-def annotation_spans(module: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """(start, end) of every annotation in a module. Every mutated module starts with ``from
-    __future__ import annotations`` (PEP 563): an annotation is never evaluated, so a mutant
-    inside one is equivalent by construction and is left out of the sample."""
-    source = (TREE / PACKAGE / module).read_text()
-    tree = ast.parse(source)
-    assert any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
-               and any(alias.name == "annotations" for alias in node.names) for node in tree.body), module
-    spans = []
-    for node in ast.walk(tree):
-        notes = []
-        if isinstance(node, ast.arg) and node.annotation is not None:
-            notes.append(node.annotation)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
-            notes.append(node.returns)
-        if isinstance(node, ast.AnnAssign):
-            notes.append(node.annotation)
-        spans += [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in notes]
-    return spans
-
-
-def in_annotation(row: dict, spans) -> bool:
-    return any(start <= row["start"] and row["end"] <= end for start, end in spans)
-
-
-def sample(rows: list[dict], size: int) -> set[str]:
-    """Deterministic: one mutant per source site outside annotations (the site's lowest-hash
-    operator), then the ``size`` sites of lowest hash over all modules. A hash of names and
-    positions, not a seeded RNG: the same tree always yields the same sample, and a module's
-    share follows its size."""
-    spans = {module: annotation_spans(module) for module in TESTS_OF}
-    per_site: dict[tuple, dict] = {}
-    for row in rows:
-        if in_annotation(row, spans[row["module"]]):
-            continue
-        site = (row["module"], row["start"], row["end"])
-        if site not in per_site or rank(key(row)) < rank(key(per_site[site])):
-            per_site[site] = row
-    chosen = sorted(per_site.values(), key=lambda row: rank(f"{row['module']}:{row['start']}:{row['end']}"))
-    return {row["job"] for row in chosen[:size]}
-
-
-def mark_sample(rows: list[dict], size: int) -> set[str]:
-    """Mark every mutant outside the sample skipped. A resample keeps the verdicts of mutants
-    already run: the sample of size n is the first n of one fixed order, so a run can grow in
-    rounds (n = 100, 200, 330) and each round is a prefix of the next."""
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import WorkerOutcome, WorkResult
-    chosen = sample(rows, size)
-    for module in TESTS_OF:
-        database = WORK / f"{session_name(module)}.sqlite"
-        with sqlite3.connect(database) as connection:
-            connection.execute("DELETE FROM work_results WHERE worker_outcome IN ('SKIPPED', 'skipped')")
-        with use_db(str(database), WorkDB.Mode.open) as db:
-            skipped = [row["job"] for row in rows if row["module"] == module and row["job"] not in chosen
-                       and (row["result"] is None or row["result"]["worker_outcome"] == "skipped")]
-            db.set_multiple_results(skipped, WorkResult(output="not in the sample",
-                                                        worker_outcome=WorkerOutcome.SKIPPED))
-    return chosen
 
 
 def cmd_resample(args) -> int:
@@ -390,24 +278,6 @@ def failing_unmutated(command: list[str]) -> list[str]:
     return [line.split(" - ")[0][len("FAILED "):] for line in ran.stdout.splitlines() if line.startswith("FAILED ")]
 
 
-def verdicts() -> dict[str, dict]:
-    path = WORK / "stages.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def survivors_after(stage: str) -> list[dict]:
-    """The tool's survivors that no other stage killed."""
-    done = verdicts()
-    others = [s for s in STAGES if s != stage]
-    alive = []
-    for module in TESTS_OF:
-        for row in items(module):
-            if (row["result"] or {}).get("test_outcome") == "survived" and not any(
-                    done.get(key(row), {}).get(s) == "killed" for s in others):
-                alive.append(row)
-    return alive
-
-
 def cmd_stage(args) -> int:
     with fork_server():
         return _stage(args)
@@ -477,88 +347,14 @@ def _stage(args) -> int:
 
 
 def cmd_report(args) -> int:
-    sys.path.insert(0, str(Path(__file__).parent))
     from fates import FATES
+    from summary import write_report
+
     meta = json.loads((WORK / "meta.json").read_text())
-    done = verdicts()
     every = [r for module in TESTS_OF for r in items(module)]
-    rows = [r for r in every if r["result"] and r["result"]["worker_outcome"] != "skipped"]
-    pending = [r for r in every if not r["result"]]
-    table, counts = [], {"selected tests": 0, "main": 0, "gate": 0, "vllm": 0, "new test": 0, "equivalent": 0,
-                         "survived": 0, "incompetent": 0}
-    named = {"main": "main", "gate": "gate", "vllm": "vllm", "new": "new test"}
-    for row in rows:
-        k, result = key(row), row["result"]
-        stage_entry = done.get(k, {})
-        if result["worker_outcome"] != "normal":
-            fate, by = "incompetent", result["worker_outcome"]
-        elif result["test_outcome"] == "killed":
-            fate, by = "selected tests", _killer(result["output"])
-        else:
-            stage = next((s for s in STAGES if stage_entry.get(s) == "killed"), None)
-            fate, by = (named[stage], stage_entry.get(f"{stage}_by", "")) if stage else ("survived", "")
-            if fate == "survived" and k in FATES:
-                fate, by = FATES[k]
-        counts[fate] += 1
-        table.append((k, row["start"][0], fate, by, (result.get("diff") or "")))
-    killed = sum(counts[s] for s in ("selected tests", "main", "gate", "vllm", "new test"))
-    scored = killed + counts["survived"]
-    summary = {"tool": "cosmic-ray 8.7.0", **meta, "run": len(rows), "pending": len(pending), **counts,
-               "score": killed / scored if scored else None,
-               "score_without_new_tests": (killed - counts["new test"]) / scored if scored else None}
-    out = ROOT / "results" / "mutation" / "tool"
-    out.mkdir(parents=True, exist_ok=True)
-    extra = len(rows) - meta["sampled"]  # run from a larger sample before it was cut to this one
-    beyond = f", and {extra} more of a larger one, run before it was cut" if extra > 0 else ""
-    lines = ["# Mutation run by a tool (cosmic-ray)", "",
-             f"Commit {meta['commit'][:12]}: cosmic-ray generated {meta['generated']} mutants at {meta['sites']} "
-             f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
-             f"a deterministic sample of {meta['sampled']} (the first of one order, docs/mutation.md)"
-             f"{beyond}: "
-             f"{len(rows)} run, {len(pending)} not yet run. "
-             "Regenerate with the commands in docs/mutation.md.", "",
-             f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
-             f"Failing on the unmutated snapshot, so deselected from every run: "
-             f"{', '.join(meta.get('deselect', [])) or 'none'}."
-             + (f" Deselected from exec only (they failed on an earlier round's snapshot, which lacked "
-                f"results/releases/, and pass on this one: `recheck`), so run in the stages: "
-                f"{', '.join(sorted(set(meta['deselect_in_exec']) - set(meta.get('deselect', []))))}."
-                if set(meta.get("deselect_in_exec", [])) - set(meta.get("deselect", [])) else "")
-             + " Unmutated run of every selected test: "
-             f"{meta.get('baseline_s', '?')} s; exec at nice 10, one mutant at a time. "
-             f"New tests failing on the unmutated snapshot (so killing nothing): "
-             f"{', '.join(meta.get('new_failing_unmutated', [])) or 'none'}.", "",
-             "| killed by | mutants |", "|---|---|",
-             *(f"| {name} | {counts[name]} |" for name in counts), "",
-             f"Score over the whole CI (equivalent mutants left out): {killed} of {scored}"
-             f" = {summary['score']:.1%}" if scored else "", "",
-             f"Before the new tests: {killed - counts['new test']} of {scored}"
-             f" = {summary['score_without_new_tests']:.1%}." if scored else "", "",
-             "## Every mutant that survived the selected tests", "",
-             "| mutant | line | fate | by / why |", "|---|---|---|---|"]
-    for k, line, fate, by, diff in table:
-        if fate != "selected tests":
-            lines.append(f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |")
-    lines += ["", "## Every mutant run, and what killed it", "",
-              "Tests selected per module: `scripts/mutation_tool/targets.py`.", "",
-              "| mutant | line | fate | by |", "|---|---|---|---|"]
-    lines += [f"| `{k}` | {line} | {fate} | {by.replace('|', '/')} |" for k, line, fate, by, _ in table]
-    lines += ["", "## Diffs of the survivors", ""]
-    for k, line, fate, by, diff in table:
-        if fate != "selected tests":
-            lines += [f"`{k}` ({fate})", "", "```diff", diff.strip(), "```", ""]
-    (out / "README.md").write_text("\n".join(lines) + "\n")
-    summary["mutants"] = {k: {"line": line, "fate": fate, "by": by} for k, line, fate, by, _ in table}
-    (out / "score.json").write_text(json.dumps(summary, indent=2) + "\n")
+    lines = write_report(meta, every, key, verdicts(), FATES, STAGES, ROOT / "results" / "mutation" / "tool")
     print(lines[2], "\n", "\n".join(lines[4:14]))
     return 0
-
-
-def _killer(output: str) -> str:
-    if output == "timeout":
-        return "(hang: past the timeout)"
-    failed = [line.split(" - ")[0][len("FAILED "):] for line in (output or "").splitlines() if line.startswith("FAILED ")]
-    return failed[0] if failed else "(collection or import error)"
 
 
 def main() -> int:

@@ -111,7 +111,7 @@ BAD_INPUT = [
     (["run", "--workload", "multi-turn-small", "--set", "gpu_blocks=1"], "gpu_blocks must be at least 2"),
     (["run", "--workload", "multi-turn-small", "--set", "gpu_blocks"], "--set expects KEY=VALUE"),
     (["run", "--workload", "multi-turn-small", "--scheduling", "eager"], "invalid choice: 'eager'"),
-    (["run", "--workload", "multi-turn-small", "--out", "{tmp}/missing/r.json"], "does not exist"),
+    (["run", "--workload", "multi-turn-small", "--out", "{tmp}/broken.toml/r.json"], "broken.toml is not a directory"),
     (["run", "--workload", "multi-turn-small", "--out", "{tmp}"], "is a directory"),
     (["run", "--workload", "{tmp}/broken.toml"], "line 2, column"),
     (["run", "--workload", "{tmp}/unknown-key.toml"], "generator.colour"),

@@ -13,9 +13,11 @@ from kvoffload.metrics import judge
 from kvoffload.results import SCHEMA
 
 
-def write_result(path: Path, label: str, **metrics) -> Path:
-    path.write_text(json.dumps({"schema": SCHEMA, "workload": {"name": "w"}, "connector": {"label": label},
-                                "config": {}, "metrics": metrics, "provenance": {"commit": "abc"}, "error": None}))
+def write_result(path: Path, label: str, *, workload: dict | None = None, config: dict | None = None,
+                 commit: str = "abc", **metrics) -> Path:
+    path.write_text(json.dumps({"schema": SCHEMA, "workload": workload or {"name": "w"}, "connector": {"label": label},
+                                "config": config or {}, "metrics": metrics, "provenance": {"commit": commit},
+                                "error": None}))
     return path
 
 
@@ -87,3 +89,50 @@ def test_json_csv_and_markdown_carry_the_same_rows(pair, capsys):
     assert main(["compare", "--format", "markdown", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "| poisoned_loads | 0 | 2 | +2 | worse | deterministic |" in out
+
+
+SPEC = {"name": "spec-decode-small", "source": "spec-decode-small", "seed": 3, "requests": 32}
+SIMULATOR = {"cpu_chunks": 1024, "scheduling": "sync", "engine": "simulator", "connector": "reference"}
+
+
+def refusal(capsys, a: Path, b: Path) -> str:
+    assert main(["compare", str(a), str(b)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    return captured.err.strip()
+
+
+def test_two_workloads_are_refused_naming_both(tmp_path, capsys):
+    """spec-decode-small against multi-turn-small: every "worse" would be the other workload's."""
+    a = write_result(tmp_path / "a.json", "reference", workload=SPEC, config=SIMULATOR, poisoned_loads=0)
+    b = write_result(tmp_path / "b.json", "reference", config=SIMULATOR, poisoned_loads=3,
+                     workload={**SPEC, "name": "multi-turn-small", "source": "multi-turn-small"})
+    assert refusal(capsys, a, b) == (f"kvoffload: error: compare: {a} (workload spec-decode-small) and {b} (workload "
+                                     f"multi-turn-small) replay different workloads; a verdict needs two runs of one "
+                                     f"workload")
+    # the same name with another seed is another workload too
+    c = write_result(tmp_path / "c.json", "reference", workload={**SPEC, "seed": 4}, config=SIMULATOR)
+    assert "different versions of workload spec-decode-small (seed 3 vs 4)" in refusal(capsys, a, c)
+
+
+def test_two_engine_configurations_are_refused_naming_what_differs(tmp_path, capsys):
+    a = write_result(tmp_path / "a.json", "reference", workload=SPEC, config=SIMULATOR, offload_hit_rate=0.5)
+    b = write_result(tmp_path / "b.json", "reference", workload=SPEC, config={**SIMULATOR, "cpu_chunks": 2048},
+                     offload_hit_rate=0.6)
+    assert (f"compare: {a} and {b} ran spec-decode-small on different engine configurations (cpu_chunks 1024 vs "
+            f"2048); a verdict needs one configuration") in refusal(capsys, a, b)
+    c = write_result(tmp_path / "c.json", "vllm-stock", workload=SPEC, offload_hit_rate=0.5,
+                     config={**SIMULATOR, "engine": "vllm-scheduler", "connector": "stock", "scheduling": "async"})
+    assert ('(engine "simulator" vs "vllm-scheduler", scheduling "sync" vs "async")'
+            in refusal(capsys, a, c))
+
+
+def test_another_connector_fix_flag_or_commit_is_what_compare_is_for(tmp_path, capsys):
+    a = write_result(tmp_path / "a.json", "reference", workload=SPEC, config=SIMULATOR, poisoned_loads=0)
+    no_fix = write_result(tmp_path / "b.json", "reference -final_token_watermark", workload=SPEC, config=SIMULATOR,
+                          poisoned_loads=19, commit="def-dirty")
+    stock = write_result(tmp_path / "c.json", "vllm-stock", workload=SPEC, config={**SIMULATOR, "connector": "stock"},
+                         poisoned_loads=0)
+    assert main(["compare", str(a), str(no_fix)]) == 0
+    assert "poisoned_loads" in capsys.readouterr().out
+    assert main(["compare", str(a), str(stock)]) == 0

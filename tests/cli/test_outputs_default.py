@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_default_output_folder_is_ignored_by_git():
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout")
-    for path in (DEFAULT_ROOT / "runs" / "bench-summary.json", DEFAULT_ROOT / "charts" / "index.html"):
+    for path in (DEFAULT_ROOT / "runs" / "bench-summary.json", DEFAULT_ROOT / "charts" / "index.html",
+                 DEFAULT_ROOT / "releases" / "releases.json", DEFAULT_ROOT / "runs-vllm" / "vllm" / "x.json"):
         assert subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", str(path)]).returncode == 0, path
     assert subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", "results/runs/x.json"]).returncode == 1
 
@@ -38,8 +39,9 @@ def test_run_and_report_write_under_the_ignored_folder_by_default(tmp_path, monk
 
 
 @pytest.mark.parametrize("command, flag, default", [
-    ("bench", "--out-dir", "out/runs"), ("sweep", "--out-dir", "out/sweep"),
+    ("sweep", "--out-dir", "out/sweep"),  # bench's depends on --engine: test_bench_vllm_folders.py
     ("report", "--out", "out/charts"), ("report", "--from", "out"),
+    ("releases", "--out", "out/releases/releases.json"),
 ])
 def test_every_output_default_is_under_the_ignored_folder_and_has_help(command, flag, default):
     sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]
@@ -85,3 +87,18 @@ def test_publish_refuses_a_tree_with_changes(tmp_path):
     assert done.returncode == 2
     assert "tracked files differ from HEAD" in done.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_every_part_of_the_committed_results_has_a_documented_writer():
+    """benchmarks/README.md's table of writers names each folder under results/ that git tracks,
+    so "what changes results/" is answered for all of it, not only for publish's part."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "results"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    parts = {path.split("/")[1] for path in tracked if path.count("/") >= 2}
+    readme = (REPO / "benchmarks" / "README.md").read_text()
+    table = readme[readme.index("| writer | what it writes |"):]
+    table = table[:table.index("\n\n")]
+    assert parts and {part for part in parts if f"`results/{part}/" not in table} == set()
+    assert "This is the only way" not in readme

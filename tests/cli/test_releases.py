@@ -114,6 +114,7 @@ def test_a_release_without_its_venv_is_one_line_naming_the_setup_command(capsys,
 
 
 def test_a_release_venv_runs_as_a_subprocess_and_its_rows_sit_beside_the_preset(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(releases_cli, "git_commit", lambda: "c0ffee-dirty")  # the commit this run measures at
     venv = tmp_path / venv_name("0.29.0") / "bin"
     venv.mkdir(parents=True)
     (venv / "python").write_text(f"#!/bin/sh\nexec {sys.executable} -c '{STAND_IN}' \"$@\"\n")
@@ -138,6 +139,9 @@ def test_a_release_venv_runs_as_a_subprocess_and_its_rows_sit_beside_the_preset(
     row, kept_row = entry["rows"]  # in the table's order: sync, then async
     assert kept_row == earlier_async and row["scheduling"] == "sync" and row != earlier_sync
     assert row["agreeing"] == row["requests"] - 1 and not row["agree"]
+    # each row says which commit measured it; the earlier row has no commit, so the table claims none
+    assert row["commit"] == "c0ffee-dirty" and "commit" not in kept_row
+    assert table["provenance"] == {"commit": None, "commits": {"c0ffee-dirty": 1, "unknown": 1}}
     (difference,) = row["first_differences"]
     assert difference["release"][1] == difference["preset"][1] - 1
     assert row["totals"]["release"]["connector_hit_tokens"] == row["totals"]["preset"]["connector_hit_tokens"] - 1
@@ -169,3 +173,34 @@ def test_a_run_of_some_rows_replaces_those_rows_and_keeps_the_others():
     # 0.30.0: the earlier rows came from another preset, so none of them stays
     assert second["rows"] == [row("multi-turn", "sync", "new")] and second["seconds"] == 20.0
     assert untouched == earlier[2]
+
+
+def test_the_table_names_one_commit_only_when_every_row_has_it():
+    def entry(release, *commits):
+        return {"release": release, "rows": [{"workload": "w", "scheduling": "sync", "commit": c} for c in commits]}
+
+    assert releases_cli.provenance([entry("0.25.0", "abc"), entry("0.29.0", "abc", "abc")]) == {
+        "commit": "abc", "commits": {"abc": 3}}
+    # two runs, one release each, at different commits (one of them with uncommitted changes)
+    assert releases_cli.provenance([entry("0.25.0", "abc"), entry("0.29.0", "def-dirty", "def-dirty")]) == {
+        "commit": None, "commits": {"abc": 1, "def-dirty": 2}}
+    assert releases_cli.provenance([entry("0.25.0", None)]) == {"commit": None, "commits": {"unknown": 1}}
+
+
+def test_runs_of_two_releases_merge_one_at_a_time(tmp_path):
+    """Two ``kvoffload releases --release X`` at once merge into one table: the second waits for
+    the first's read-merge-write, so neither replaces the table with the other's rows missing."""
+    import threading
+
+    entered = threading.Event()
+
+    def second():
+        with releases_cli._locked(tmp_path / "table"):
+            entered.set()
+
+    with releases_cli._locked(tmp_path / "table"):
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not entered.wait(0.3)  # held by the first run
+    assert entered.wait(5)
+    thread.join()

@@ -8,7 +8,10 @@ and returns what a reader of the page would meet:
   is aborted and counted (``blocked``), so the page cannot reach the network even if it tries;
 - console errors, uncaught exceptions and error log entries (``errors``);
 - each image's ``src`` and whether it loaded (``images``), read after the load event;
-- a screenshot of the whole page at a fixed width (``screenshot``: PNG bytes).
+- the page's size as laid out (``scroll_width``, ``scroll_height``, ``viewport_width``);
+- a screenshot of the whole page at a fixed width, as tiles from the top down (``screenshots``:
+  PNG bytes each, at most ``TILE_HEIGHT`` px tall: one capture taller than Chromium's largest
+  texture is cut off), together exactly the page's height.
 
 Every wait is bounded (``TIMEOUT`` seconds in all); the browser is killed on the way out.
 """
@@ -27,20 +30,28 @@ from dataclasses import dataclass, field
 
 TIMEOUT = 90.0
 WIDTH = 1400
+TILE_HEIGHT = 16384  # Chromium's largest texture side: a taller capture loses the rest of the page
 
 CHROMIUM = next((found for name in ("chromium", "chromium-browser", "google-chrome")
                  if (found := shutil.which(name))), None)
 
-IMAGES = "JSON.stringify([...document.images].map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0]))"
+IMAGES = ("JSON.stringify([...document.images].map(i => [i.getAttribute('src'), i.complete && i.naturalWidth > 0, "
+          "i.naturalWidth, i.getBoundingClientRect().width - i.clientLeft * 2]))")  # drawn width, border off
+SIZE = ("JSON.stringify([document.documentElement.scrollWidth, document.documentElement.scrollHeight, "
+        "window.innerWidth])")
 
 
 @dataclass
 class PageVisit:
     images: list[tuple[str, bool]] = field(default_factory=list)  # (src, loaded)
+    image_widths: dict[str, tuple[int, float]] = field(default_factory=dict)  # src: (its pixels, drawn CSS px)
     blocked: list[str] = field(default_factory=list)  # URLs of aborted requests
     allowed: list[str] = field(default_factory=list)  # file: URLs the page loaded
     errors: list[str] = field(default_factory=list)
-    screenshot: bytes = b""
+    screenshots: list[bytes] = field(default_factory=list, repr=False)  # tiles, top down
+    scroll_width: int = 0
+    scroll_height: int = 0
+    viewport_width: int = 0
     probe: object = None  # the value of ``open_page(..., probe=EXPRESSION)`` after the load
 
 
@@ -165,17 +176,20 @@ def open_page(url: str, width: int = WIDTH, probe: str | None = None) -> PageVis
                 on_event(message)
         images = pipe.call("Runtime.evaluate", {"expression": IMAGES, "returnByValue": True}, session,
                            on_event=on_event)["result"]["value"]
-        visit.images = [(src, bool(ok)) for src, ok in json.loads(images)]
+        visit.images = [(src, bool(ok)) for src, ok, _, _ in json.loads(images)]
+        visit.image_widths = {src: (natural, drawn) for src, _, natural, drawn in json.loads(images)}
         if probe is not None:
             visit.probe = pipe.call("Runtime.evaluate", {"expression": probe, "returnByValue": True}, session,
                                     on_event=on_event)["result"].get("value")
-        size = pipe.call("Page.getLayoutMetrics", {}, session, on_event=on_event)["cssContentSize"]
-        height = min(int(size["height"]) + 1, 16384)
-        pipe.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session,
-                  on_event=on_event)
-        shot = pipe.call("Page.captureScreenshot", {"format": "png"}, session, on_event=on_event)
-        visit.screenshot = base64.b64decode(shot["data"])
+        size = pipe.call("Runtime.evaluate", {"expression": SIZE, "returnByValue": True}, session,
+                         on_event=on_event)["result"]["value"]
+        visit.scroll_width, visit.scroll_height, visit.viewport_width = json.loads(size)
+        for top in range(0, visit.scroll_height, TILE_HEIGHT):  # each tile a clip of the laid-out page
+            clip = {"x": 0, "y": top, "width": visit.viewport_width,
+                    "height": min(TILE_HEIGHT, visit.scroll_height - top), "scale": 1}
+            shot = pipe.call("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True},
+                             session, on_event=on_event)
+            visit.screenshots.append(base64.b64decode(shot["data"]))
         try:
             pipe.call("Browser.close", on_event=on_event)
         except (EOFError, RuntimeError):

@@ -12,7 +12,7 @@ import pytest
 from kvoffload.report import draw_report
 from kvoffload.report.changes import Change, read_changes
 from kvoffload.report.history import Axis, always_zero, draw_asv_history
-from kvoffload.report.sources import find_asv_points, read_main_line
+from kvoffload.report.sources import AsvPoint, MainCommit, find_asv_points, read_main_line
 from kvoffload.results import ResultError
 
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
@@ -166,3 +166,51 @@ def test_a_track_the_suite_no_longer_has_is_drawn_as_history_and_said_so(tmp_pat
     assert "No longer in the suite (asv's benchmarks.json), so no newer point will join them: " \
            "last_block_miss_rate." in multi.caption
     assert "No longer in the suite" not in meta.caption
+
+
+def point(params: str, commit: str, value: float, **kw) -> AsvPoint:
+    return AsvPoint("ci", "py", MISS, (params,), commit, 1_700_000_000_000 + LINE.index(commit), value, **kw)
+
+
+def drawn_figure(points, monkeypatch, tmp_path):
+    """draw_asv_history's chart and the figure it saved."""
+    import kvoffload.report.history as history
+
+    saved = []
+    monkeypatch.setattr(history, "save_figure", lambda fig, path, dpi: saved.append(fig))
+    [chart] = draw_asv_history(points, {MISS: "ratio"}, tmp_path, {}, [MainCommit(c, "2026-11-20", "") for c in LINE])
+    return chart, saved[0]
+
+
+def test_two_identical_lines_are_both_visible_and_named(tmp_path, monkeypatch):
+    """A preset that never differs from the reference: drawn under it, it must not vanish."""
+    points = [point(who, commit, 0.25) for who in ("reference", "vllm-0.25") for commit in LINE]
+    points += [point("vllm-0.26", commit, 0.5) for commit in LINE]
+    chart, fig = drawn_figure(points, monkeypatch, tmp_path)
+    [ax] = [ax for ax in fig.axes if ax.get_visible()]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    reference, preset = lines["reference"], lines["vllm-0.25"]
+    # each keeps its own marker and dashes; the preset's hollow marker is larger, so it rings the reference's
+    assert reference.get_marker() != preset.get_marker()
+    assert reference.get_linestyle() != preset.get_linestyle()
+    assert preset.get_markerfacecolor() == "none" and preset.get_markersize() > reference.get_markersize()
+    assert "same at every shared commit: reference = vllm-0.25" in " ".join(ax.get_title().split())
+    assert "last_block_miss_rate: reference = vllm-0.25." in chart.caption
+    assert "vllm-0.26" not in ax.get_title()  # a line of its own is not listed
+
+
+def test_a_panel_of_single_samples_claims_no_spread(tmp_path, monkeypatch):
+    """A real-model measurement is one sample per commit: the caption and the CSV say no spread was
+    measured instead of promising a quartile bar."""
+    single = [point("reference", commit, 0.25 + i) for i, commit in enumerate(LINE)]
+    chart, _ = drawn_figure(single, monkeypatch, tmp_path)
+    assert "interquartile range" not in chart.caption
+    assert "One sample per commit, so no spread was measured (every panel)." in chart.caption
+    header, *rows = chart.table
+    assert {row[header.index("spread")] for row in rows} == {"none measured: one sample"}
+    repeated = [point("reference", commit, 0.25, spread=(0.2, 0.3), samples=9) for commit in LINE]
+    chart, _ = drawn_figure(repeated, monkeypatch, tmp_path)
+    assert "interquartile range of that commit's repeated samples (every panel)" in chart.caption
+    assert "no spread" not in chart.caption
+    header, *rows = chart.table
+    assert {row[header.index("spread")] for row in rows} == {"interquartile range of 9 samples"}

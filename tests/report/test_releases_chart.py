@@ -16,10 +16,12 @@ def row(workload, scheduling, real, simulated):
             "preset": {"metrics": simulated, "error": None}}
 
 
-def write_table(source, releases):
+def write_table(source, releases, provenance=None):
     (source / "releases").mkdir(parents=True)
-    (source / "releases" / "releases.json").write_text(json.dumps(
-        {"schema": SCHEMA, "hash_seed": 0, "seconds": 12.5, "releases": releases}))
+    table = {"schema": SCHEMA, "hash_seed": 0, "seconds": 12.5, "releases": releases}
+    if provenance is not None:
+        table["provenance"] = provenance
+    (source / "releases" / "releases.json").write_text(json.dumps(table))
 
 
 def test_each_release_is_drawn_beside_its_preset_with_its_data(tmp_path):
@@ -45,6 +47,22 @@ def test_each_release_is_drawn_beside_its_preset_with_its_data(tmp_path):
     assert by_key[("0.32.0", "sync", "last_block_hit_rate")] == ("1.000", "1.000")
     assert by_key[("0.25.0", "sync", "connector_us_per_step")] == ("", "")  # not in the row: blank
     assert not any(r[2] == "async" for r in rows)  # a row that could not be built draws nothing
+
+
+@pytest.mark.parametrize("provenance, says", [
+    ({"commit": "a" * 40, "commits": {"a" * 40: 2}}, "a" * 40),
+    ({"commit": None, "commits": {"a" * 40: 1, "b" * 40 + "-dirty": 1}},
+     f"{'a' * 40} (1 rows), {'b' * 40}-dirty (1 rows)"),
+    (None, "not recorded (a table written before rows carried their commit)"),
+], ids=["one commit", "two commits merged", "an older table"])
+def test_the_charts_name_the_commit_their_rows_were_measured_at(tmp_path, provenance, says):
+    write_table(tmp_path / "src", [{"release": "0.32.0", "preset": "reference", "rows": [
+        row("multi-turn-small", "sync", {"poisoned_loads": 0}, {"poisoned_loads": 0}),
+        row("multi-turn-small", "async", {"poisoned_loads": 0}, {"poisoned_loads": 0})]}], provenance)
+    (tmp_path / "out").mkdir()
+    charts, _ = draw_releases(tmp_path / "src", tmp_path / "out")
+    header, values = charts[0].provenance
+    assert dict(zip(header, values))["commit"] == says
 
 
 def test_no_table_is_a_note_and_a_malformed_one_a_one_line_error(tmp_path):

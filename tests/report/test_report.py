@@ -220,7 +220,8 @@ def test_store_delays_draw_distributions_where_kept_else_percentiles(run_dir, tm
 
 
 def test_the_ablation_shows_the_reference_each_fix_off_and_the_presets(run_dir):
-    from kvoffload.report.figures import REFERENCE_COLOR, WARNING_COLOR, ablation_colors, ablation_groups, ablation_set
+    from kvoffload.report.ablation import REFERENCE_COLOR, WARNING_COLOR, ablation_colors, ablation_groups
+    from kvoffload.report.figures import ablation_set
 
     runs, _ = find_runs(run_dir)
     chosen = ablation_set([r for r in runs if r.workload == "multi-turn-small"])
@@ -235,14 +236,15 @@ def test_the_ablation_shows_the_reference_each_fix_off_and_the_presets(run_dir):
     assert ablation_colors("offload_hit_rate", [poisoned])[0] != WARNING_COLOR  # a rate is never a warning
 
 
-def test_a_one_point_delay_distribution_is_a_full_bar_and_equal_runs_stand_side_by_side(run_dir):
+def test_a_one_point_delay_distribution_is_a_full_bar_and_equal_runs_get_a_row_each(run_dir):
     from kvoffload.report.delays import _delay_distributions
 
     runs, _ = find_runs(run_dir)
     one_point = {"store_submit_delay_steps": {1: 40}, "store_visible_delay_steps": {2: 40}}
     a, b = (dataclasses.replace(run, distributions=one_point) for run in runs[:2])
     fig = _delay_distributions([a, b])
-    for ax in fig.axes[:2]:
-        bars = [(round(p.get_x() + p.get_width() / 2, 3), p.get_height()) for p in ax.patches]
-        assert [height for _, height in bars] == [1.0, 1.0]  # all of each run at its one delay
-        assert bars[0][0] != bars[1][0]  # the same distribution twice: two bars, not one over the other
+    assert len(fig.axes) == 4  # a row per run, a column per metric
+    for ax in fig.axes:
+        assert [p.get_height() for p in ax.patches] == [1.0]  # all of the run at its one delay
+    # the same distribution twice: two rows with one full bar each, not one bar over the other
+    assert [ax.get_ylabel().splitlines()[0] for ax in fig.axes[::2]] == [a.label, b.label]

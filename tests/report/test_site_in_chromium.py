@@ -1,12 +1,14 @@
 """The published report as a person sees it: headless Chromium opens index.html from disk with
 the network cut off (every request that is not ``file:`` is aborted and counted: ``browser.py``),
-and every image must load, no console error may appear, and the whole page's screenshot must be
-the page's width and a real picture.
+and every image must load, no console error may appear, and the whole page's screenshot (tiles
+of at most 16384 px, top down) must cover exactly the page's height at the window's width. A
+report drawn from the committed results must fit a 1400 px window: no sideways scrolling, every
+figure drawn at its own width (1:1).
 
 Skipped where no Chromium is installed (``apt-get install -y chromium``), except where
 ``KVOFFLOAD_REQUIRE_CHROMIUM=1`` (CI sets it: there a missing browser is a failure, not a skip).
 Screenshots go to ``$KVOFFLOAD_SCREENSHOTS`` when set (to look at them), else to the test's
-temporary folder.
+temporary folder: ``<name>-01.png``, ``<name>-02.png``, ... from the top of the page down.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from report_browser import CHROMIUM, WIDTH, open_page, png_size
+from kvoffload.report import draw_report
+from report_browser import CHROMIUM, TILE_HEIGHT, WIDTH, PageVisit, open_page, png_size
 
 pytestmark = pytest.mark.chromium
 
@@ -31,6 +34,21 @@ def shots_dir(tmp_path: Path) -> Path:
     shots = Path(os.environ.get("KVOFFLOAD_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
     return shots
+
+
+def save_tiles(visit: PageVisit, shots: Path, name: str) -> list[tuple[int, int]]:
+    """Write the screenshot's tiles as ``name-01.png``, ... and return their sizes."""
+    for i, tile in enumerate(visit.screenshots, 1):
+        (shots / f"{name}-{i:02d}.png").write_bytes(tile)
+    return [png_size(tile) for tile in visit.screenshots]
+
+
+def assert_whole_page_shot(visit: PageVisit, sizes: list[tuple[int, int]]) -> None:
+    """The tiles cover the page top to bottom at the window's width, none taller than a texture."""
+    assert visit.viewport_width == WIDTH
+    assert [width for width, _ in sizes] == [WIDTH] * len(sizes)
+    assert sum(height for _, height in sizes) == visit.scroll_height
+    assert all(height <= TILE_HEIGHT for _, height in sizes)
 
 
 @pytest.fixture
@@ -49,12 +67,24 @@ def test_the_committed_report_loads_every_image_offline(site, tmp_path):
     assert [src for src, ok in visit.images if not ok] == []
     assert visit.blocked == []  # the page asks nothing of the network
     assert visit.errors == []
-    shot = shots_dir(tmp_path) / "committed-report.png"
-    shot.write_bytes(visit.screenshot)
-    width, height = png_size(visit.screenshot)
-    # the whole page at the fixed width: every figure stacked, so far taller than one screen
-    assert width == WIDTH and height > 400 * len(figures)
-    assert len(visit.screenshot) > 100_000
+    sizes = save_tiles(visit, shots_dir(tmp_path), "committed-report")
+    assert_whole_page_shot(visit, sizes)
+    assert visit.scroll_height > 400 * len(figures)  # every figure stacked: far taller than one screen
+    assert all(len(tile) > 10_000 for tile in visit.screenshots)  # pictures, not blank tiles
+
+
+@needs_chromium
+def test_a_report_of_the_committed_results_fits_a_1400_px_window(tmp_path):
+    """Drawn now from results/ (the committed page may predate the layout): nothing scrolls sideways,
+    and every figure is drawn at its own width, so its text is as legible as in the PNG."""
+    out = tmp_path / "charts"
+    draw_report(REPO / "results", out)
+    visit = open_page((out / "index.html").as_uri())
+    assert visit.errors == [] and [src for src, ok in visit.images if not ok] == []
+    assert visit.scroll_width <= visit.viewport_width == WIDTH
+    scaled = {src: sizes for src, sizes in visit.image_widths.items() if sizes[1] != sizes[0]}
+    assert scaled == {}  # src: (the PNG's width, the width drawn)
+    assert_whole_page_shot(visit, save_tiles(visit, shots_dir(tmp_path), "drawn-report"))
 
 
 @needs_chromium

@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = _Parser(prog="kvoffload", description=doc.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"kvoffload {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+                                help="one of these; kvoffload COMMAND --help for its options")
     for module in COMMANDS:
         module.register(sub)
     return parser

@@ -45,10 +45,12 @@ def register(sub) -> None:
     bench = sub.add_parser("bench", help="the main job: bundled workloads x the reference, the reference without "
                                          "each seed fix, and the vLLM presets")
     bench.add_argument("--small", action=OnceTrue, help="the -small workloads (seconds, for a smoke run)")
-    bench.add_argument("--out-dir", action=Once, type=Path, default=DEFAULT_ROOT / "runs", metavar="DIR",
-                       help=f"folder for one result file per run and the summary (default {DEFAULT_ROOT / 'runs'}/); "
-                            "files of the same names there are replaced")
-    bench.add_argument("--quiet", action=OnceTrue)
+    bench.add_argument("--out-dir", action=Once, type=Path, metavar="DIR",
+                       help=f"folder for one result file per run and the summary (default {default_out_dir(SIMULATOR)}/"
+                            f", with --engine E {DEFAULT_ROOT}/runs-E/; a vLLM engine's bench puts each engine's "
+                            "runs in DIR/ENGINE/, one folder for kvoffload report --from); files of the same names "
+                            "there are replaced")
+    bench.add_argument("--quiet", action=OnceTrue, help="no progress bar")
     bench.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
                        help="vllm-scheduler: the small workloads on the simulator and on vLLM's scheduler "
                             "with vLLM's stock connector and the reference; vllm: on vLLM's real engine and a "
@@ -62,13 +64,25 @@ def register(sub) -> None:
     bench.set_defaults(handler=_cmd_bench)
 
 
+def default_out_dir(engine: str) -> Path:
+    """Where bench writes without --out-dir: the simulator's runs in out/runs/, a vLLM engine's
+    bench (which replays on the simulator too) in out/runs-ENGINE/, never mixed with them."""
+    return DEFAULT_ROOT / ("runs" if engine == SIMULATOR else f"runs-{engine}")
+
+
+def engine_folder(out_dir: Path, engine: str) -> Path:
+    """A vLLM engine's bench keeps each engine's runs in a folder of their own under ``out_dir``:
+    ``kvoffload report`` puts one engine's runs of a workload on an axis, never two."""
+    return out_dir / engine
+
+
 def summary_name(small: bool) -> str:
     """The small bench keeps its own summary: it must never replace the full-size one."""
     return "bench-summary-small.json" if small else "bench-summary.json"
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    out_dir = check_output_dir("--out-dir", args.out_dir)
+    out_dir = check_output_dir("--out-dir", args.out_dir or default_out_dir(args.engine))
     three_way = args.engine != SIMULATOR
     suffix = "-small" if args.small or three_way else ""
     if args.model is not None and args.engine != VLLM:
@@ -86,8 +100,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                    (args.engine, ConnectorChoice.build())]
     else:
         choices = [(SIMULATOR, ConnectorChoice.build(preset, disabled)) for preset, disabled in BENCH_CONNECTORS]
-    plan = [(workload, engine, choice, out_dir / f"bench-{slug(workload.name)}-{slug(choice.label)}"
-             f"{'' if engine == SIMULATOR else '-' + engine}.json")
+    plan = [(workload, engine, choice, (engine_folder(out_dir, engine) if three_way else out_dir)
+             / f"bench-{slug(workload.name)}-{slug(choice.label)}{'' if engine == SIMULATOR else '-' + engine}.json")
             for workload in workloads for engine, choice in choices]
     summary = out_dir / ("bench-summary-vllm.json" if three_way else summary_name(args.small))
     for _, _, _, path in plan:
@@ -108,7 +122,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if three_way:
         print("\n" + stock_ratio_lines(rows))
     print(f"\n{len(rows)} runs in {elapsed:.0f} s; results in {out_dir}/ (summary {summary.name})")
+    if three_way:
+        print(report_hint(out_dir, args.engine))
     return 0
+
+
+def report_hint(out_dir: Path, engine: str) -> str:
+    """The report command for a vLLM engine's bench: its folder holds two engines' runs."""
+    return (f"charts: kvoffload report --from {engine_folder(out_dir, engine)} --out {out_dir / 'charts'} "
+            f"(the simulator's runs: --from {engine_folder(out_dir, SIMULATOR)})")
 
 
 def _bench_table(rows) -> str:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from kvoffload.choice import ConnectorChoice
+from kvoffload.cli.bench import engine_folder, report_hint
 from kvoffload.cli.outputs import check_output_file
 from kvoffload.cli.run import engine_options, oracle_line, replay, slug
 from kvoffload.engines import SIMULATOR, VLLM
@@ -42,7 +43,7 @@ def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, *
         plan.append((workload, SIMULATOR, ConnectorChoice.build()))
         for source, disabled in MODEL_CONNECTORS:
             plan.append((workload, VLLM, ConnectorChoice.build(disabled=disabled, source=source)))
-    paths = [out_dir / f"bench-{slug(w.name)}-{slug(c.label)}-{e}.json" for w, e, c in plan]
+    paths = [engine_folder(out_dir, e) / f"bench-{slug(w.name)}-{slug(c.label)}-{e}.json" for w, e, c in plan]
     for path in paths:
         check_output_file("--out-dir", path, create_parents=True)
     baselines: dict = {}  # the off run's outcomes, per workload, for the connector runs' oracle
@@ -123,6 +124,7 @@ def cmd_model_bench(args: argparse.Namespace, workloads, out_dir: Path) -> int:
     for (workload, label), oracle in oracles.items():
         print(f"\n{workload} [{label}] {oracle_line(oracle)}")
     print(f"\n{len(rows)} runs in {elapsed:.0f} s; results in {out_dir}/ (summary {summary.name})")
+    print(report_hint(out_dir, VLLM))
     wrong = [key for key, oracle in oracles.items() if oracle["mismatches"] and BROKEN_FIX not in key[1]]
     for workload, label in wrong:
         print(f"kvoffload: {workload} [{label}]: outputs differ from the offload-off run", file=sys.stderr)

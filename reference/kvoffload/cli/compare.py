@@ -3,14 +3,21 @@
 The verdict of a change (better, worse, info, same) is read from the glossary's direction
 (``metrics.judge``). Measured metrics (wall-clock: the glossary marks them) are judged too, but
 they move between any two runs, so ``--fail-on-worse`` counts only the deterministic ones.
+
+A and B must replay one workload on one engine configuration (``config``, the connector's source
+aside): what may differ is the connector (a preset, a fix flag off, stock vs reference) and the
+code (two commits). Two workloads, two engines or a ``--set`` override in one of them would make
+every verdict a comparison of two setups, so that is one line and exit 2, naming both files and
+what differs.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from kvoffload.cli.flags import Once, OnceTrue
+from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.metrics import MEASURED_METRICS, METRIC_NAMES, format_value, judge
 from kvoffload.results import read_result
 from kvoffload.tables import FORMATS, render
@@ -22,7 +29,8 @@ def register(sub) -> None:
     compare = sub.add_parser("compare", help="two result files metric by metric, each change judged "
                                              "better / worse / info by the glossary's direction")
     compare.add_argument("a", type=Path, metavar="A", help="the result file to compare against (before)")
-    compare.add_argument("b", type=Path, metavar="B", help="the result file judged (after)")
+    compare.add_argument("b", type=Path, metavar="B", help="the result file judged (after): the same workload and "
+                                                            "engine configuration as A; another connector or commit")
     compare.add_argument("--fail-on-worse", action=OnceTrue,
                          help="exit 1 when a deterministic metric got worse from A to B")
     compare.add_argument("--format", action=Once, choices=FORMATS, default="text",
@@ -45,8 +53,48 @@ def compare_rows(a: dict, b: dict) -> list[tuple]:
     return rows
 
 
+# config keys that may differ between A and B: the connector's source (reference, stock, a class)
+MAY_DIFFER = ("connector",)
+
+
+def check_comparable(path_a: Path, a: dict, path_b: Path, b: dict) -> None:
+    """UsageError unless A and B replay the same workload (its whole description: name, source,
+    seed, requests) on the same engine configuration; the connector and the commit may differ."""
+    if _canonical(a["workload"]) != _canonical(b["workload"]):
+        name_a, name_b = a["workload"].get("name"), b["workload"].get("name")
+        if name_a != name_b:
+            what = f"(workload {name_a}) and {path_b} (workload {name_b}) replay different workloads"
+        else:
+            differ = _differences(a["workload"], b["workload"])
+            what = f"and {path_b} replay different versions of workload {name_a} ({differ})"
+        raise UsageError(f"compare: {path_a} {what}; a verdict needs two runs of one workload")
+    config_a = {k: v for k, v in a["config"].items() if k not in MAY_DIFFER}
+    config_b = {k: v for k, v in b["config"].items() if k not in MAY_DIFFER}
+    if _canonical(config_a) != _canonical(config_b):
+        raise UsageError(f"compare: {path_a} and {path_b} ran {a['workload'].get('name')} on different engine "
+                         f"configurations ({_differences(config_a, config_b)}); a verdict needs one configuration "
+                         f"(only the connector and the commit may differ)")
+
+
+def _canonical(value) -> str:
+    """A JSON value as text, keys sorted: equal texts are equal values (NaN included)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _differences(a: dict, b: dict) -> str:
+    """The first three keys whose values differ, ``key A vs B`` (absent: "(absent)")."""
+    keys = sorted(key for key in set(a) | set(b) if _shown(a, key) != _shown(b, key))
+    shown = [f"{key} {_shown(a, key, 40)} vs {_shown(b, key, 40)}" for key in keys[:3]]
+    return ", ".join(shown) + (f", and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def _shown(values: dict, key: str, width: int | None = None) -> str:
+    return _canonical(values[key])[:width] if key in values else "(absent)"
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     a, b = read_result(args.a), read_result(args.b)
+    check_comparable(args.a, a, args.b, b)
     rows = compare_rows(a, b)
     worse = [row[0] for row in rows if row[4] == "worse" and row[5] == "deterministic"]
     counts = {verdict: sum(row[4] == verdict for row in rows) for verdict in ("better", "worse", "info")}

@@ -16,8 +16,9 @@ def register(sub) -> None:
         handler=_cmd_fixes)
 
     workloads = sub.add_parser("workloads", help="list bundled workloads, or show one")
-    workloads.add_argument("action", nargs="?", choices=("list", "show"), default="list")
-    workloads.add_argument("name", nargs="?")
+    workloads.add_argument("action", nargs="?", choices=("list", "show"), default="list",
+                           help="list (default): the bundled workloads; show: one workload's requests and reuse")
+    workloads.add_argument("name", nargs="?", help="show: a bundled workload's NAME or a PATH.toml")
     workloads.set_defaults(handler=_cmd_workloads)
 
     report = sub.add_parser("report", help="draw charts from result files")

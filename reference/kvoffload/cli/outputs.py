@@ -5,8 +5,11 @@ Rules (each failure is one line naming the flag and the path):
 - a result or trace file is a regular file or absent: a FIFO, a device node, a socket or a
   symbolic link is never replaced (``--out /dev/null`` as root would otherwise replace the
   device with a regular file);
-- its folder exists (or, for default paths, can be created) and is writable;
-- an output folder (``bench --out-dir``, ``report --out``) is a folder or absent;
+- its folder is created when the file is written (``results.write_atomic``), for every command
+  and every output: the nearest folder that exists must be a writable directory, and no path
+  on the way may exist as anything but a folder (``--out notes.txt/r.json``);
+- an output folder (``bench``/``sweep --out-dir``, ``report --out``) is a folder or absent (then
+  created the same way);
 - no two outputs of one command are the same file (``--out X --trace X`` would write the trace
   over the result);
 - the file and the temporary file it is written through (``results.write_atomic``) have names
@@ -27,8 +30,8 @@ from typing import Iterable
 from kvoffload import results
 from kvoffload.cli.flags import UsageError
 
-# Where run, bench, sweep and report write by default: a folder git ignores (.gitignore), so an
-# ad-hoc run never changes the committed results/ (only benchmarks/publish does, from a clean commit).
+# Where run, bench, sweep, report and releases write by default: a folder git ignores (.gitignore),
+# so an ad-hoc run never changes the committed results/ (benchmarks/README.md lists its writers).
 DEFAULT_ROOT = Path("out")
 
 

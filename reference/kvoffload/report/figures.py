@@ -3,6 +3,9 @@
 Figures are drawn with matplotlib's object API (``matplotlib.figure.Figure``, Agg canvas): no
 pyplot, no global backend switch, nothing shown. File names are stable (derived from the
 workload or benchmark name), so a report drawn twice from the same files is the same report.
+
+Every figure is at most ``MAX_FIGURE_WIDTH_PX`` wide, so the page shows it at 1:1 and its
+text stays legible: figures with many runs grow in height (more rows), never in width.
 """
 
 from __future__ import annotations
@@ -15,12 +18,11 @@ from typing import Sequence
 
 from matplotlib.figure import Figure
 
-from kvoffload.metrics import GLOSSARY
+from kvoffload.metrics import DIRECTION, GLOSSARY, MEASURED_METRICS, same_value
 from kvoffload.report.sources import RunFile
 from kvoffload.results import atomic_output
 
 DEFINITIONS = {name: definition for name, _, definition in GLOSSARY}
-ABLATION_METRICS = ("last_block_hit_rate", "poisoned_loads", "lifecycle_violations", "offload_hit_rate")
 CAPACITY_METRICS = ("offload_hit_rate", "last_block_hit_rate")
 FILE_PATTERNS = ("ablation-*.png", "capacity-*.png", "store-delays-*.png", "asv-*.png",
                  "ablation-*.csv", "capacity-*.csv", "store-delays-*.csv", "asv-*.csv")
@@ -30,6 +32,12 @@ REGRESSION = "Did this commit regress?"
 FIX_VALUE = "What does each fix buy?"
 RELEASE_LOSS = "What did each release lose?"
 SECTIONS = (REGRESSION, FIX_VALUE, RELEASE_LOSS)
+
+# The widest figure the page (report.page) shows at 1:1 in a 1400 px wide window: less a scroll
+# bar (Chromium's is 15 px), the body's padding (2 * 16 px) and the image's border (2 px), 1351 px
+# are left; the browser test checks every image is drawn at its own width there.
+MAX_FIGURE_WIDTH_PX = 1340
+DPI = 110
 
 REFERENCE_COLOR, FIX_OFF_COLOR, PRESET_COLOR, OTHER_COLOR = "#2a9d55", "#e07b39", "#3b6fb6", "#888888"
 
@@ -64,8 +72,19 @@ class Chart:
         return Path(self.filename).with_suffix(".csv").name
 
 
-def save_figure(fig: Figure, path: Path, dpi: int = 110) -> None:
-    """The PNG written whole or not at all (an interrupt leaves no truncated image)."""
+def max_width_inches(dpi: int = DPI) -> float:
+    """The widest figure, in inches at ``dpi``, that ``save_figure`` accepts."""
+    return MAX_FIGURE_WIDTH_PX / dpi
+
+
+def save_figure(fig: Figure, path: Path, dpi: int = DPI) -> None:
+    """The PNG written whole or not at all (an interrupt leaves no truncated image).
+
+    A figure wider than ``MAX_FIGURE_WIDTH_PX`` is a layout bug (the page would shrink its text
+    below legibility): ValueError, nothing written."""
+    width_px = round(fig.get_figwidth() * dpi)
+    if width_px > MAX_FIGURE_WIDTH_PX:
+        raise ValueError(f"{path.name}: {width_px} px wide, over the page's {MAX_FIGURE_WIDTH_PX} px")
     with atomic_output(path, "wb") as handle:
         fig.savefig(handle, format="png", dpi=dpi)
 
@@ -123,14 +142,48 @@ def ablation_set(runs: Sequence[RunFile]) -> list[RunFile]:
     """One run per connector label, all of one configuration (a workload's runs of the same config).
 
     The configuration shared by the most connector labels wins (ties: the first in path order),
-    so a capacity sweep beside a bench run does not mix into the comparison. Of duplicates of a
-    label, the last in path order counts.
+    so a capacity sweep beside a bench run does not mix into the comparison. Of two files for one
+    label (a bench run and the same run of a capacity sweep), the last in path order counts; the
+    chart's caption names both (``passed_over_note``).
     """
     families: dict[str, dict[str, RunFile]] = {}
     for run in runs:
-        families.setdefault(run.config_key, {})[run.label] = run
+        families.setdefault(run.config_key, {})[run.label] = run  # passed_over names the replaced one
     best = max(families.values(), key=len)  # max keeps the first of equals: path order
     return [best[label] for label in label_order(best)]
+
+
+def direction_text(metric: str) -> str:
+    """What a good value of ``metric`` is, from the glossary (its one owner)."""
+    return {"higher": "higher is better", "lower": "lower is better", "zero": "must be 0"}.get(
+        DIRECTION.get(metric, "info"), "no direction")
+
+
+def passed_over(drawn: Sequence[RunFile], runs: Sequence[RunFile]) -> list[tuple[RunFile, RunFile]]:
+    """(drawn, passed over) for each run of ``runs`` that one of ``drawn`` stands for: the same
+    workload, connector label, commit and configuration (two files for one bar or point)."""
+    def key(run: RunFile):
+        return run.workload, run.label, run.commit, run.config_key
+
+    shown = {key(run): run for run in drawn}
+    return [(shown[key(run)], run) for run in runs if key(run) in shown and shown[key(run)] is not run]
+
+
+def passed_over_note(pairs: Sequence[tuple[RunFile, RunFile]]) -> str:
+    """A caption sentence naming, for each bar drawn from one of two files, the file drawn and the
+    file passed over, and whether their deterministic metrics agree; "" where there are none."""
+    parts = []
+    for drawn, other in pairs:
+        differ = sorted(name for name in set(drawn.metrics) | set(other.metrics) if name not in MEASURED_METRICS
+                        and not same_value(number_or_none(drawn.metrics.get(name)),
+                                           number_or_none(other.metrics.get(name))))
+        verdict = (f"they differ in {', '.join(differ)}" if differ
+                   else "their deterministic metrics are equal")
+        parts.append(f"{drawn.label}: drawn from {drawn.path}, {other.path} passed over ({verdict})")
+    if not parts:
+        return ""
+    return ("Two result files for one bar or point (same workload, connector, commit and configuration; the "
+            "later in path order is drawn): " + "; ".join(parts) + ".")
 
 
 def footer(fig: Figure, runs: Sequence[RunFile], varied: tuple[str, ...] = ()) -> None:
@@ -152,111 +205,8 @@ def number_or_none(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _format(metric: str):
-    if metric.endswith("_rate"):
-        return lambda v: f"{v:.3f}"
-    return lambda v: f"{v:g}"
-
-
 def tick_labels(runs: Sequence[RunFile]) -> list[str]:
     return [run.label.replace(" -", "\n-") + (" (crashed)" if run.crashed else "") for run in runs]
-
-
-# ---- (a) fix ablation -----------------------------------------------------------------------
-
-
-ZERO_METRICS = ("poisoned_loads", "lifecycle_violations")  # must be 0: any other value is a bug shown
-WARNING_COLOR = "#d62728"
-
-
-def ablation_groups(chosen: Sequence[RunFile]) -> list[tuple[str, list[RunFile]]]:
-    """The ablation's bar groups, in order: the reference, each fix off, the presets, others."""
-    kinds = (("reference", lambda label: label == "reference"),
-             ("reference, one fix off", lambda label: label.startswith("reference ")),
-             ("vLLM presets", lambda label: label.startswith("vllm-")))
-    groups = [(name, [run for run in chosen if test(run.label)]) for name, test in kinds]
-    claimed = {id(run) for _, runs in groups for run in runs}
-    groups.append(("other", [run for run in chosen if id(run) not in claimed]))
-    return [(name, runs) for name, runs in groups if runs]
-
-
-def ablation_colors(metric: str, runs: Sequence[RunFile]) -> list[str]:
-    """Each run's bar colour: by kind (reference, fix off, preset), or the warning colour where a
-    must-be-0 metric is not 0."""
-    return [WARNING_COLOR if metric in ZERO_METRICS and number_or_none(run.metrics.get(metric)) not in (None, 0)
-            else label_color(run.label) for run in runs]
-
-
-def draw_ablation(runs: Sequence[RunFile], out: Path) -> list[Chart]:
-    """Per workload: the reference, each fix off in turn, each preset; one panel per metric.
-
-    A must-be-0 metric that is not 0 is drawn in the warning colour and labelled; a panel whose
-    runs are all 0 or all n/a says so in words, and the title counts what the files hold.
-    """
-    charts = []
-    for workload, group in by_workload(runs).items():
-        chosen = ablation_set(group)
-        groups = ablation_groups(chosen)
-        ordered = [run for _, members in groups for run in members]
-        width = max(5.5, 0.42 * len(ordered) + 1.6)
-        fig = Figure(figsize=(2 * width, 2 * 4.2), layout="constrained")
-        for ax, metric in zip(fig.subplots(2, 2).ravel(), ABLATION_METRICS):
-            _ablation_panel(ax, metric, ordered, groups)
-        fixes_off = sum(len(members) for name, members in groups if name == "reference, one fix off")
-        presets = sum(len(members) for name, members in groups if name == "vLLM presets")
-        fig.suptitle(f"Fix ablation: {workload}: the reference, {fixes_off} fix flag(s) off in turn, "
-                     f"{presets} vLLM preset(s)", fontsize=12)
-        footer(fig, ordered)
-        fig.get_layout_engine().set(rect=(0, 0.03, 1, 0.97))
-        filename = save_chart(fig, out, f"ablation-{slug(workload)}.png")
-        caption = ("Bars: green the reference (every fix), orange the reference with one fix flag off, blue a "
-                   f"vLLM release preset; red: a must-be-0 count that is not 0. "
-                   + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in ABLATION_METRICS))
-        charts.append(Chart(FIX_VALUE, f"fix ablation: {workload}", filename, caption, run_provenance(ordered),
-                            table=run_table(ordered, ABLATION_METRICS)))
-    return charts
-
-
-def _ablation_panel(ax, metric: str, ordered: Sequence[RunFile], groups) -> None:
-    values = [number_or_none(run.metrics.get(metric)) for run in ordered]
-    colors = ablation_colors(metric, ordered)
-    warn = [color == WARNING_COLOR for color in colors]
-    x = list(range(len(ordered)))
-    bars = ax.bar(x, [0.0 if v is None else v for v in values], color=colors,
-                  hatch=["//" if run.crashed else "" for run in ordered], edgecolor="white")
-    for bar, value, w in zip(bars, values, warn):
-        text = "n/a" if value is None else _format(metric)(value)
-        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, 0.0 if value is None else value), xytext=(0, 2),
-                    textcoords="offset points", ha="center", va="bottom", fontsize=7 if not w else 8,
-                    color=WARNING_COLOR if w else "black", fontweight="bold" if w else "normal", rotation=90)
-    direction = "higher is better" if metric.endswith("_rate") else "must be 0"
-    ax.set_title(f"{metric} ({direction})", fontsize=10, pad=14)
-    ax.set_xticks(x, [label.removeprefix("reference\n") for label in tick_labels(ordered)], rotation=40,
-                  ha="right", fontsize=7)
-    known = [v for v in values if v is not None]
-    if metric.endswith("_rate"):
-        ax.set_ylim(0, 1.25)
-    else:
-        ax.set_ylim(0, max(1.0, max(known + [0.0]) * 1.3))
-    if not known:
-        ax.text(0.5, 0.55, f"n/a for every run: {_NA_REASONS.get(metric, 'no value in these results')}",
-                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="#555555", wrap=True)
-    elif metric in ZERO_METRICS and not any(warn):
-        ax.text(0.5, 0.55, "0 for every run", transform=ax.transAxes, ha="center", va="center", fontsize=10,
-                color=REFERENCE_COLOR)
-    start = 0
-    for name, members in groups:  # group separators and names under the bars
-        if start:
-            ax.axvline(start - 0.5, color="#999999", linewidth=0.8)
-        ax.annotate(name, ((start + start + len(members) - 1) / 2, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7,
-                    color="#555555")
-        start += len(members)
-    ax.set_xlim(-0.6, len(ordered) - 0.4)
-    ax.grid(axis="y", alpha=0.3)
-
-
-_NA_REASONS = {"last_block_hit_rate": "no continuation of a finished request here (last_block_eligible 0)"}
 
 
 def run_table(runs: Sequence[RunFile], metrics: Sequence[str]) -> tuple[tuple[str, ...], ...]:
@@ -282,7 +232,7 @@ def capacity_series(runs: Sequence[RunFile]) -> dict[str, dict[str, list[RunFile
         for run in group:
             chunks = run.config.get("cpu_chunks")
             if isinstance(chunks, int):
-                families[(run.label, run.config_key_without("cpu_chunks"))][chunks] = run
+                families[(run.label, run.config_key_without("cpu_chunks"))][chunks] = run  # see passed_over
         series: dict[str, list[RunFile]] = {}
         counts: dict[str, int] = defaultdict(int)
         for (label, _), by_chunks in sorted(families.items(), key=lambda item: label_order([item[0][0]])):
@@ -322,8 +272,10 @@ def draw_capacity(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         footer(fig, [run for points in series.values() for run in points], varied=("cpu_chunks",))
         fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))
         filename = save_chart(fig, out, f"capacity-{slug(workload)}.png")
+        drawn = [run for points in series.values() for run in points]
+        duplicates = passed_over_note(passed_over(drawn, by_workload(runs)[workload]))
         charts.append(Chart(RELEASE_LOSS, f"hit rate against CPU capacity: {workload}", filename,
-                            "runs that differ only in config.cpu_chunks; "
+                            "runs that differ only in config.cpu_chunks; " + (duplicates + " " if duplicates else "")
                             + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in CAPACITY_METRICS),
                             run_provenance([run for points in series.values() for run in points]),
                             table=run_table([run for points in series.values() for run in points],

@@ -10,7 +10,8 @@ One figure per benchmark class (``bench_workloads.TrackMultiTurn``), one panel p
   Without that file: the recorded commits in commit-date order (no gaps can be seen).
   Results of commits off main's first-parent line are left out and counted in the caption.
 - spread: where asv kept statistics of repeated samples, a bar from the lower to the upper
-  quartile at each point.
+  quartile at each point; where a panel's points are one sample each (a track's value, a real
+  model's single measurement), the caption and the CSV say that no spread was measured.
 - intended changes (``changes.csv``): a dashed vertical line, numbered, on the panels of the
   tracks they changed; the caption gives each one's commit and reason.
 - tracks that were 0 on every recorded commit, connector and machine are listed once in the
@@ -20,16 +21,21 @@ One figure per benchmark class (``bench_workloads.TrackMultiTurn``), one panel p
   keeps its points, and its panel and the caption say no newer point will join them.
 
 The reference is drawn last and thicker, so a reference regression is never hidden under a
-preset's line. Colours: one hue per connector, a lighter shade and another line style per further
-machine; the legend sits outside the panels, to the right. Values are shown in human units
-(bytes as MiB, seconds as ms or µs) without an axis offset. Each figure lists the provenance of
-its points: machine, commit, commit date, environment and asv result file.
+preset's line. Each connector has its own hue, marker and line style (the others' markers hollow
+and larger, so markers at one value nest instead of hiding each other); a further machine a
+lighter shade and the next line style. Lines with the same value at every commit they share are
+named in their panel's title and the caption ("same at every shared commit: a = b"): one drawn
+over the other is never taken for a missing line. The legend sits outside the panels, to the
+right. Values are shown in human units (bytes as MiB, seconds as ms or µs) without an axis
+offset. Each figure lists the provenance of its points: machine, commit, commit date,
+environment and asv result file.
 """
 
 from __future__ import annotations
 
 import datetime
 import math
+import textwrap
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +53,10 @@ _TAB20 = colormaps["tab20"].colors
 # tab20 pairs (dark, light): green for the reference (the ablation's colour family), then
 # blue, purple, brown, cyan, pink, olive, grey for presets and other parameter sets.
 _HUES = (2, 0, 4, 5, 9, 6, 8, 7, 1, 3)  # pair indices; pair 2 (green) is the reference's
-_LINESTYLES = ("-", "--", ":", "-.")
-_MARKERS = ("o", "s", "^", "D")
+_LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 PANEL_COLUMNS = 3
-PANEL_SIZE = (5.0, 3.3)  # inches per panel: readable at the page's width
+PANEL_SIZE = (3.6, 3.3)  # inches per panel: three and the legend fit figures.MAX_FIGURE_WIDTH_PX
 CHANGE_COLOR = "#7b3294"
 GAP_COLOR = "#bbbbbb"
 DPI = 100
@@ -69,13 +75,15 @@ def human_unit(unit: str, values: Sequence[float]) -> tuple[float, str]:
 
 
 def series_style(connector_index: int, machine_index: int, is_reference: bool) -> dict:
-    """Colour, line style, marker, width and z-order of one line."""
+    """Colour, line style, marker, width and z-order of one line: a connector's own marker and line
+    style, so lines drawn over each other still show each one's markers and dashes."""
     pair = 2 if is_reference else _HUES[1 + connector_index % (len(_HUES) - 1)]
     color = _TAB20[2 * pair + machine_index % 2]
     if is_reference and machine_index == 0:
         color = REFERENCE_COLOR
-    return {"color": color, "linestyle": _LINESTYLES[machine_index % len(_LINESTYLES)],
-            "marker": _MARKERS[machine_index % len(_MARKERS)], "markersize": 4 if is_reference else 3,
+    return {"color": color, "linestyle": _LINESTYLES[(connector_index + machine_index) % len(_LINESTYLES)],
+            "marker": _MARKERS[connector_index % len(_MARKERS)], "markersize": 4 if is_reference else 6,
+            "markerfacecolor": color if is_reference else "none",
             "linewidth": 2.4 if is_reference else 1.3, "zorder": 4 if is_reference else 2}
 
 
@@ -98,6 +106,29 @@ class Axis:
 
     def find(self, prefix: str) -> int | None:
         return next((i for i, c in enumerate(self.commits) if c.commit.startswith(prefix)), None)
+
+
+def coinciding(series: dict[str, dict[int, float]]) -> list[list[str]]:
+    """Groups of two or more lines (label: {commit slot: value}) with the same value at every
+    commit both have (a preset added later joins at its first commit), in the order given: where
+    they share commits, one is drawn over the other."""
+    def same(a: dict[int, float], b: dict[int, float]) -> bool:
+        shared = a.keys() & b.keys()
+        return bool(shared) and all(math.isclose(a[x], b[x], rel_tol=1e-9, abs_tol=1e-12) for x in shared)
+
+    groups: list[list[str]] = []
+    for label, values in series.items():
+        same_group = next((group for group in groups if same(series[group[0]], values)), None)
+        if same_group is None:
+            groups.append([label])
+        else:
+            same_group.append(label)
+    return [group for group in groups if len(group) > 1]
+
+
+def one_sample(points: Sequence[AsvPoint]) -> bool:
+    """True where no point has a spread measured: asv kept no statistics, or of one sample."""
+    return not any(p.spread is not None and p.samples > 1 for p in points)
 
 
 def always_zero(points: Sequence[AsvPoint]) -> list[str]:
@@ -145,12 +176,14 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     legend: dict[str, object] = {}
     numbers = _numbered(changes, axis)
     marked: dict[Change, int] = {}  # the changes drawn on this figure, with their numbers
+    overlaid: dict[str, list[list[str]]] = {}  # metric: groups of lines drawn over each other
     for ax, name in zip(axes, names):
         lines: dict[tuple, list[AsvPoint]] = defaultdict(list)
         for p in group:
             if p.benchmark == name:
                 lines[(p.machine, p.env, p.params)].append(p)
         factor, shown_unit = human_unit(units.get(name, ""), [p.value for line in lines.values() for p in line])
+        series: dict[str, dict[int, float]] = {}
         for (machine, env, params), line in sorted(lines.items(), key=lambda item: _is_reference(item[0][2])):
             line.sort(key=lambda p: position[p.commit])
             label = ", ".join(params) or name.rsplit(".", 1)[1]
@@ -161,9 +194,15 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
             style = series_style(param_sets.index(params), machines.index(machine), _is_reference(params))
             handle = _plot_line(ax, [position[p.commit] for p in line], line, factor, style, label)
             legend.setdefault(label, handle)
+            series[label] = {position[p.commit]: p.value for p in line}
         metric = name.rsplit(".", 1)[1].removeprefix("track_")
         retired = "; no longer recorded" if units and name not in units else ""  # benchmarks.json lacks it
-        ax.set_title(f"{metric}\n({shown_unit}, lower is better{retired})", fontsize=9, wrap=True)
+        same = [sorted(group, key=label_key) for group in coinciding(series)]
+        if same:
+            overlaid[metric] = same
+        named = "".join("\n" + "\n".join(textwrap.wrap("same at every shared commit: " + " = ".join(group), 50))
+                        for group in same)
+        ax.set_title(f"{metric}\n({shown_unit}, lower is better{retired}){named}", fontsize=9)
         values = [p.value * factor for line in lines.values() for p in line]
         if values and min(values) >= 0:  # counts and rates start at 0; an all-zero panel is not +-0.04
             ax.set_ylim(bottom=0, top=None if max(values) > 0 else 1)
@@ -188,6 +227,7 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     hover = _hover_boxes(fig, axes[:len(names)], axis, recorded)
     save_figure(fig, out / filename, dpi=DPI)
     caption = _caption(names, zero, axis, recorded, machines, marked, off_line)
+    caption += _spread_sentence(group, names) + _overlaid_sentence(overlaid)
     gone = [name.rsplit(".", 1)[1].removeprefix("track_") for name in names if units and name not in units]
     if gone:  # a renamed or moved track: its points are history, nothing new joins them
         caption += (f" No longer in the suite (asv's benchmarks.json), so no newer point will join them: "
@@ -273,8 +313,7 @@ def _caption(names, zero, axis: Axis, recorded, machines, marked: dict[Change, i
     else:
         parts = [f"{len(names)} benchmarks across {len(axis.commits)} recorded commits in commit-date order "
                  "(no first-parent list: commits without results are not shown)"]
-    parts.append(f"machines: {', '.join(machines)}; every value lower-is-better; a bar at a point is asv's "
-                 "interquartile range of that commit's repeated samples")
+    parts.append(f"machines: {', '.join(machines)}; every value lower-is-better")
     if marked:
         parts.append("intended changes (dashed lines): " + "; ".join(
             f"#{n} {change.commit} ({change.metric}): {change.reason}"
@@ -285,6 +324,34 @@ def _caption(names, zero, axis: Axis, recorded, machines, marked: dict[Change, i
     if off_line:
         parts.append(f"results of {off_line} commit(s) off main's first-parent line are left out")
     return ". ".join(parts) + "."
+
+
+def _spread_sentence(group: Sequence[AsvPoint], names: Sequence[str]) -> str:
+    """Which panels show a spread (asv's quartiles of repeated samples) and which have one sample
+    per commit, where no spread was measured."""
+    single = [name for name in names if one_sample([p for p in group if p.benchmark == name])]
+    spread = [name for name in names if name not in single]
+
+    def listed(chosen: list[str]) -> str:
+        return "every panel" if len(chosen) == len(names) else ", ".join(
+            name.rsplit(".", 1)[1].removeprefix("track_") for name in chosen)
+
+    parts = []
+    if spread:
+        parts.append(f"A bar at a point is asv's interquartile range of that commit's repeated samples "
+                     f"({listed(spread)}).")
+    if single:
+        parts.append(f"One sample per commit, so no spread was measured ({listed(single)}).")
+    return (" " + " ".join(parts)) if parts else ""
+
+
+def _overlaid_sentence(overlaid: dict[str, list[list[str]]]) -> str:
+    if not overlaid:
+        return ""
+    return (" Lines with the same value at every commit they share, drawn over each other (each keeps its "
+            "marker): "
+            + "; ".join(f"{metric}: " + ", ".join(" = ".join(group) for group in groups)
+                        for metric, groups in overlaid.items()) + ".")
 
 
 def label_key(label: str):
@@ -307,10 +374,12 @@ def _iso(date_ms: int) -> str:
 def _table(group: list[AsvPoint], units: dict[str, str]) -> tuple[tuple[str, ...], ...]:
     """The chart's data, one row per point (the CSV beside the figure)."""
     header = ("benchmark", "parameters", "machine", "commit", "commit date (UTC)", "value", "unit", "q25", "q75",
-              "samples")
+              "samples", "spread")
     rows = sorted((p.benchmark, " ".join(p.params), p.machine, p.commit, _iso(p.date), repr(p.value),
                    units.get(p.benchmark, ""), "" if p.spread is None else repr(p.spread[0]),
-                   "" if p.spread is None else repr(p.spread[1]), str(p.samples)) for p in group)
+                   "" if p.spread is None else repr(p.spread[1]), str(p.samples),
+                   "none measured: one sample" if one_sample([p]) else f"interquartile range of {p.samples} samples")
+                  for p in group)
     return (header, *rows)
 
 

@@ -30,8 +30,9 @@ SECTION_INTROS = {
                  "(the presets' bars of the ablation charts are under the previous question).",
 }
 
-SUMMARY_METRICS = ("last_block_hit_rate", "offload_hit_rate", "poisoned_loads", "lifecycle_violations",
-                   "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled")
+SUMMARY_METRICS = ("last_block_hit_rate", "last_chunk_offloaded_rate", "offload_hit_rate", "poisoned_loads",
+                   "lifecycle_violations", "crashes", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
+                   "tokens_per_s_modeled")
 
 
 @dataclass
@@ -74,7 +75,9 @@ def _anchor(text: str) -> str:
     return slug(text).lower()
 
 
+# Figures are at most figures.MAX_FIGURE_WIDTH_PX wide: a 1400 px window shows them at 1:1. A table wider than the body scrolls inside its own box, never the page.
 STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0 1em}"
+         ".table{max-width:100%;overflow-x:auto}"
          "img{max-width:100%;height:auto;border:1px solid #ddd;display:block}"
          ".chart{position:relative;display:inline-block;max-width:100%}.chart a.slot{position:absolute;display:block}"
          ".chart a.slot:hover{background:rgba(123,50,148,0.12)}"
@@ -82,6 +85,14 @@ STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0
          "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}"
          "figure{margin:1em 0 2em 0}figcaption{color:#444;font-size:0.9em}"
          "details{margin-bottom:2em;font-size:0.85em}nav li{margin:2px 0}")
+
+
+def _table_html(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table in its own scrolling box; a header may break after each '_' (long metric names)."""
+    e = html.escape
+    head = "".join(f"<th>{e(h).replace('_', '_<wbr>')}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<div class='table'><table><tr>{head}</tr>{body}</table></div>"
 
 
 def write_html(page: Page, path: Path) -> None:
@@ -108,9 +119,7 @@ def write_html(page: Page, path: Path) -> None:
             parts.append(f"<p><b>{e(sentence)}</b></p>")
             if table:
                 header, *rows = table
-                parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
-                             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
-                             + "</table>")
+                parts.append(_table_html(header, rows))
         for chart in charts:
             slots = "".join(f"<a class='slot' title='{e(box.title)}' style='left:{box.left:.3f}%;top:{box.top:.3f}%;"
                             f"width:{box.width:.3f}%;height:{box.height:.3f}%'></a>" for box in chart.hover)
@@ -121,18 +130,13 @@ def write_html(page: Page, path: Path) -> None:
                          "</figcaption></figure>")
             if chart.provenance:
                 header, *rows = chart.provenance
-                parts.append(f"<details><summary>Provenance of the points ({len(rows)} sources)</summary><table><tr>"
-                             + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
-                             + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
-                             + "</table></details>")
+                parts.append(f"<details><summary>Provenance of the points ({len(rows)} sources)</summary>"
+                             + _table_html(header, rows) + "</details>")
     if page.notes:
         parts.append("<h2 id='not_drawn'>Not drawn</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in page.notes)
                      + "</ul>")
     if page.runs:
-        parts.append("<h2 id='runs'>Runs</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in HEADERS) + "</tr>")
-        for row in page.summary_rows():
-            parts.append("<tr>" + "".join(f"<td>{e(cell)}</td>" for cell in row) + "</tr>")
-        parts.append("</table>")
+        parts.append("<h2 id='runs'>Runs</h2>" + _table_html(HEADERS, page.summary_rows()))
     if page.ignored:
         parts.append("<h2 id='ignored_files'>Ignored files</h2><ul>"
                      + "".join(f"<li>{e(n)}</li>" for n in page.ignored) + "</ul>")

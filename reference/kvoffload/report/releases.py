@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 
 from kvoffload.metrics import format_value
 from kvoffload.releases import SCHEMA, TABLE_METRICS
-from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, save_figure, slug
+from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, max_width_inches, save_figure, slug
 from kvoffload.results import ResultError
 
 TABLE_PATH = Path("releases") / "releases.json"
@@ -73,10 +73,22 @@ def draw_releases(source: Path, out: Path) -> tuple[list[Chart], str | None]:
             "each real release's stock connector on vLLM's own scheduler (filled) beside the simulator with "
             "the preset that re-creates it (hollow; the reference for 0.31 and 0.32). "
             + "; ".join(f"{m}: {DEFINITIONS[m]}" for m in TABLE_METRICS),
-            (("release table", "hash seed", "seconds"), (str(source / TABLE_PATH), str(table.get("hash_seed")),
-                                                          str(table.get("seconds")))),
+            (("release table", "commit", "hash seed", "seconds"),
+             (str(source / TABLE_PATH), _commits(table), str(table.get("hash_seed")), str(table.get("seconds")))),
             (header, *rows)))
     return charts, None
+
+
+def _commits(table: dict) -> str:
+    """The commit the rows were measured at (``kvoffload releases`` records it per row): the one
+    commit, each commit with its row count when the table merges several, or that a table written
+    before rows carried theirs cannot say."""
+    counts = (table.get("provenance") or {}).get("commits") or {}
+    if not counts or set(counts) == {"unknown"}:
+        return "not recorded (a table written before rows carried their commit)"
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{commit} ({rows} rows)" for commit, rows in counts.items())
 
 
 def _cell(metric: str, value) -> str:
@@ -84,7 +96,7 @@ def _cell(metric: str, value) -> str:
 
 
 def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
-    fig = Figure(figsize=(15.0, 6.8), layout="constrained")
+    fig = Figure(figsize=(max_width_inches(), 6.8), layout="constrained")
     axes = fig.subplots(2, 4).flatten()
     position = {release: i for i, release in enumerate(releases)}
     for ax, metric in zip(axes, TABLE_METRICS):

@@ -1,0 +1,26 @@
+"""Where the tool works: the repository, its work folder ``.mutation/`` (ignored by git) and the
+snapshot of the tree inside it that mutants are planted in."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK = ROOT / ".mutation"
+TREE = WORK / "tree"
+PACKAGE = "reference/kvoffload/"
+
+
+def copy_tree(target: Path, only: str = "") -> None:
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, files):
+        source = ROOT / name
+        # results/ travel too: the gate's baseline, and the files the main suite's tests read (README's
+        # tables, asv and run results); this tool's own results do not
+        wanted = not name.startswith("results/mutation/")
+        if source.is_file() and wanted and name.startswith(only):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
