@@ -35,7 +35,7 @@ def stand_in_engines(monkeypatch):
 
 
 def test_each_engine_benches_into_its_own_folder_by_default():
-    from kvoffload.cli.bench import default_out_dir
+    from kvoffload.cli.bench_folders import default_out_dir
 
     assert default_out_dir(SIMULATOR).as_posix() == "out/runs"
     assert {engine: default_out_dir(engine).as_posix() for engine in ENGINES if engine != SIMULATOR} == {

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
+from kvoffload.cli.bench_folders import default_out_dir, engine_folder, report_hint
 from kvoffload.cli.run import replay, slug
 from kvoffload.core.fixes import PRESETS
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
@@ -64,18 +65,6 @@ def register(sub) -> None:
     bench.set_defaults(handler=_cmd_bench)
 
 
-def default_out_dir(engine: str) -> Path:
-    """Where bench writes without --out-dir: the simulator's runs in out/runs/, a vLLM engine's
-    bench (which replays on the simulator too) in out/runs-ENGINE/, never mixed with them."""
-    return DEFAULT_ROOT / ("runs" if engine == SIMULATOR else f"runs-{engine}")
-
-
-def engine_folder(out_dir: Path, engine: str) -> Path:
-    """A vLLM engine's bench keeps each engine's runs in a folder of their own under ``out_dir``:
-    ``kvoffload report`` puts one engine's runs of a workload on an axis, never two."""
-    return out_dir / engine
-
-
 def summary_name(small: bool) -> str:
     """The small bench keeps its own summary: it must never replace the full-size one."""
     return "bench-summary-small.json" if small else "bench-summary.json"
@@ -125,12 +114,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if three_way:
         print(report_hint(out_dir, args.engine))
     return 0
-
-
-def report_hint(out_dir: Path, engine: str) -> str:
-    """The report command for a vLLM engine's bench: its folder holds two engines' runs."""
-    return (f"charts: kvoffload report --from {engine_folder(out_dir, engine)} --out {out_dir / 'charts'} "
-            f"(the simulator's runs: --from {engine_folder(out_dir, SIMULATOR)})")
 
 
 def _bench_table(rows) -> str:

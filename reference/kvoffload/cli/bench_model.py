@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from kvoffload.choice import ConnectorChoice
-from kvoffload.cli.bench import engine_folder, report_hint
+from kvoffload.cli.bench_folders import engine_folder, report_hint
 from kvoffload.cli.outputs import check_output_file
 from kvoffload.cli.run import engine_options, oracle_line, replay, slug
 from kvoffload.engines import SIMULATOR, VLLM
