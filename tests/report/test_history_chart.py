@@ -23,12 +23,12 @@ META = "bench_connector.BuildConnectorMeta.track_us_per_step"
 LINE = [f"{c * 40}" for c in "abcde"]  # five commits of main, oldest first
 
 
-def write_history(asv_dir: Path, recorded=("a", "c", "e"), main_line=True) -> None:
-    """Commits a, c and e of a five-commit main line recorded on 'ci'; b and d have no result.
+def write_history(asv_dir: Path, recorded=("a", "c", "e"), main_line=True, machine: str = "ci") -> None:
+    """Commits a, c and e of a five-commit main line recorded on ``machine``; b and d have no result.
     The miss rate steps up at d; leaked requests stay 0; the connector benchmark kept quartiles."""
-    machine = asv_dir / "ci"
+    name, machine = machine, asv_dir / machine
     machine.mkdir(parents=True)
-    (machine / "machine.json").write_text(json.dumps({"machine": "ci", "version": 1}))
+    (machine / "machine.json").write_text(json.dumps({"machine": name, "version": 1}))
     for i, commit in enumerate(LINE):
         if commit[0] not in recorded:
             continue
@@ -214,3 +214,22 @@ def test_a_panel_of_single_samples_claims_no_spread(tmp_path, monkeypatch):
     assert "no spread" not in chart.caption
     header, *rows = chart.table
     assert {row[header.index("spread")] for row in rows} == {"interquartile range of 9 samples"}
+
+
+def test_the_title_keeps_clear_of_the_key(tmp_path, monkeypatch):
+    """A one-panel history (BuildConnectorMeta) is one panel wide beside its key: the title, with
+    a long benchmark name and a machine's, must not run under the key."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from kvoffload.report import history
+
+    drawn = {}
+    monkeypatch.setattr(history, "save_figure", lambda fig, path, **_: drawn.setdefault(path.name, fig))
+    write_history(tmp_path / "asv", machine="ci-2core-with-a-long-machine-name")
+    points, units = find_asv_points(tmp_path / "asv")
+    draw_asv_history(points, units, tmp_path, {}, read_main_line(tmp_path / "asv"), ())
+    fig = drawn["asv-bench_connector.BuildConnectorMeta.png"]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    [key] = fig.legends
+    assert not fig._suptitle.get_window_extent(renderer).overlaps(key.get_window_extent(renderer))

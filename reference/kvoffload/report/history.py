@@ -222,7 +222,9 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
         fig.legend([legend[label] for label in ordered], ordered, loc="outside right upper", fontsize=8,
                    title=", ".join(names_of_params) + (" @ machine" if len(machines) > 1 else ""),
                    title_fontsize=8)
-    fig.suptitle(f"asv history: {owner} ({', '.join(machines)})", fontsize=12, x=0.02, ha="left")
+    # One column leaves the title the width of one panel beside the key: the machine goes below.
+    fig.suptitle(f"asv history: {owner}{chr(10) if columns == 1 else ' '}({', '.join(machines)})", fontsize=12,
+                 x=0.02, ha="left")
     filename = f"asv-{slug(owner)}.png"
     hover = _hover_boxes(fig, axes[:len(names)], axis, recorded)
     save_figure(fig, out / filename, dpi=DPI)
