@@ -38,7 +38,7 @@ from typing import Callable, Iterable
 from kvoffload.core.fixes import PRESETS
 from kvoffload.choice import ConnectorChoice
 from kvoffload.metrics import GLOSSARY, MEASURED_METRICS as MEASURED, judge, same_value
-from kvoffload.results import ResultError, write_atomic
+from kvoffload.results import ResultError, git_commit, write_atomic
 from kvoffload.runner import replay_workload
 from kvoffload.tables import render
 from kvoffload.workloads import load_workload
@@ -323,17 +323,6 @@ def _change(before: float | None, now: float | None) -> str:
     if before:
         return f"{delta:+.4g} ({delta / abs(before):+.1%})"
     return f"{delta:+.4g}"
-
-
-def git_commit(root: Path) -> str | None:
-    """HEAD of ``root``, with ``-dirty`` when tracked files differ from it (baseline provenance)."""
-    try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def run_gate(*, baseline: str | None, update: bool, strict: bool, machine: str | None, repeats: int,

@@ -20,6 +20,9 @@ from typing import IO, Any, Iterator
 
 from kvoffload import long_numbers
 
+# A bound, not a speed target: git answers in milliseconds; a wedged git must not hang a run.
+GIT_SECONDS = 30
+
 SCHEMA = "kvoffload-bench/run/v1"
 
 
@@ -40,15 +43,16 @@ def provenance(seed: int) -> dict[str, Any]:
     }
 
 
-def git_commit() -> str | None:
-    """HEAD of this checkout, with ``-dirty`` when tracked files differ from it; None without git.
-    What a run result's ``provenance.commit`` holds, and each row of the release table."""
-    root = Path(__file__).resolve().parents[2]
+def git_commit(root: Path | None = None) -> str | None:
+    """HEAD of ``root`` (default: this checkout), with ``-dirty`` when tracked files differ from it;
+    None without git. What a run result's ``provenance.commit`` holds, each row of the release
+    table, and the gate baseline's commit."""
+    root = Path(__file__).resolve().parents[2] if root is None else root
     try:
         out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, check=True)
+                             timeout=GIT_SECONDS, check=True)
         dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True)
+                               capture_output=True, text=True, timeout=GIT_SECONDS, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")

@@ -14,6 +14,7 @@ import pytest
 
 from kvoffload import gate
 from kvoffload.cli import main
+from kvoffload.results import git_commit
 from kvoffload.runner import ConnectorChoice
 
 
@@ -334,7 +335,7 @@ def test_update_without_a_baseline_rewrites_the_trees_own_and_records_no_commit_
     assert said[0].startswith(f"gate baseline written: {tmp_path / gate.BASELINE} (1 deterministic numbers")
 
     monkeypatch.setenv("PATH", str(tmp_path / "no-programs-here"))
-    assert gate.git_commit(tmp_path) is None
+    assert git_commit(tmp_path) is None
 
 
 @pytest.mark.parametrize("schema", ["kvoffload-bench/gate-baseline/v2", "kvoffload-bench/gate-baseline/v0", None])
