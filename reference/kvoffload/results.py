@@ -179,6 +179,21 @@ def check_result(data: dict[str, Any], where: str) -> None:
             raise wrong(f"metrics.{name}", "a finite number or null", value)
 
 
+def differences(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
+    """``key A vs B`` for each key, sorted, whose value differs between two results' objects (their
+    ``config``, their ``workload``), ``ignore`` left out: what ``compare`` and ``report`` name when
+    they refuse two runs. Values as JSON (equal texts are equal values, NaN included), cut to 40
+    characters; "(absent)" where one lacks the key."""
+    def text(values: dict[str, Any], key: str) -> str | None:
+        return json.dumps(values[key], sort_keys=True, default=str) if key in values else None
+
+    def shown(found: str | None) -> str:
+        return "(absent)" if found is None else found[:40]
+
+    keys = sorted(key for key in set(a) | set(b) if key not in ignore and text(a, key) != text(b, key))
+    return [f"{key} {shown(text(a, key))} vs {shown(text(b, key))}" for key in keys]
+
+
 def _finite_number(value: Any) -> bool:
     """An int or float that a float holds (compare subtracts an int from a float), finite."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -13,18 +13,15 @@ from matplotlib.figure import Figure
 from kvoffload.report import draw_report
 from kvoffload.report.figures import MAX_FIGURE_WIDTH_PX, save_figure
 from kvoffload.report.sources import RunFile
+from report_browser import png_size  # on sys.path: conftest.py
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def png_width(path: Path) -> int:
-    return int.from_bytes(path.read_bytes()[16:20], "big")
 
 
 def test_every_figure_of_the_published_results_fits_the_page(tmp_path):
     out = tmp_path / "charts"
     draw_report(REPO / "results", out)
-    widths = {path.name: png_width(path) for path in out.glob("*.png")}
+    widths = {path.name: png_size(path.read_bytes())[0] for path in out.glob("*.png")}
     assert len(widths) > 10  # ablation, store delays, capacity, asv history, releases
     assert {name: w for name, w in widths.items() if w > MAX_FIGURE_WIDTH_PX} == {}
     store_delays = [w for name, w in widths.items() if name.startswith("store-delays-")]
@@ -58,8 +55,7 @@ def test_a_workload_with_many_runs_and_a_wide_delay_span_grows_down_not_across(t
         runs = [dataclasses.replace(run, distributions={}) for run in runs]
     charts = draw_ablation(runs, tmp_path) + draw_store_delays(runs, tmp_path)
     for chart in charts:
-        data = (tmp_path / chart.filename).read_bytes()
-        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        width, height = png_size((tmp_path / chart.filename).read_bytes())
         assert width <= MAX_FIGURE_WIDTH_PX, (chart.filename, width)
         assert height > width  # the runs went into rows
 

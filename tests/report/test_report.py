@@ -220,8 +220,8 @@ def test_store_delays_draw_distributions_where_kept_else_percentiles(run_dir, tm
 
 
 def test_the_ablation_shows_the_reference_each_fix_off_and_the_presets(run_dir):
-    from kvoffload.report.ablation import REFERENCE_COLOR, WARNING_COLOR, ablation_colors, ablation_groups
-    from kvoffload.report.figures import ablation_set
+    from kvoffload.report.ablation import WARNING_COLOR, ablation_colors, ablation_groups
+    from kvoffload.report.figures import REFERENCE_COLOR, ablation_set
 
     runs, _ = find_runs(run_dir)
     chosen = ablation_set([r for r in runs if r.workload == "multi-turn-small"])

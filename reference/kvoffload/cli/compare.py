@@ -14,12 +14,11 @@ what differs.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.metrics import MEASURED_METRICS, METRIC_NAMES, format_value, judge
-from kvoffload.results import read_result
+from kvoffload.results import differences, read_result
 from kvoffload.tables import FORMATS, render
 
 HEADER = ("metric", "a", "b", "change", "verdict", "kind")
@@ -60,36 +59,23 @@ MAY_DIFFER = ("connector",)
 def check_comparable(path_a: Path, a: dict, path_b: Path, b: dict) -> None:
     """UsageError unless A and B replay the same workload (its whole description: name, source,
     seed, requests) on the same engine configuration; the connector and the commit may differ."""
-    if _canonical(a["workload"]) != _canonical(b["workload"]):
+    workload_differs = differences(a["workload"], b["workload"])
+    if workload_differs:
         name_a, name_b = a["workload"].get("name"), b["workload"].get("name")
         if name_a != name_b:
             what = f"(workload {name_a}) and {path_b} (workload {name_b}) replay different workloads"
         else:
-            differ = _differences(a["workload"], b["workload"])
-            what = f"and {path_b} replay different versions of workload {name_a} ({differ})"
+            what = f"and {path_b} replay different versions of workload {name_a} ({_first_three(workload_differs)})"
         raise UsageError(f"compare: {path_a} {what}; a verdict needs two runs of one workload")
-    config_a = {k: v for k, v in a["config"].items() if k not in MAY_DIFFER}
-    config_b = {k: v for k, v in b["config"].items() if k not in MAY_DIFFER}
-    if _canonical(config_a) != _canonical(config_b):
+    config_differs = differences(a["config"], b["config"], ignore=MAY_DIFFER)
+    if config_differs:
         raise UsageError(f"compare: {path_a} and {path_b} ran {a['workload'].get('name')} on different engine "
-                         f"configurations ({_differences(config_a, config_b)}); a verdict needs one configuration "
+                         f"configurations ({_first_three(config_differs)}); a verdict needs one configuration "
                          f"(only the connector and the commit may differ)")
 
 
-def _canonical(value) -> str:
-    """A JSON value as text, keys sorted: equal texts are equal values (NaN included)."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _differences(a: dict, b: dict) -> str:
-    """The first three keys whose values differ, ``key A vs B`` (absent: "(absent)")."""
-    keys = sorted(key for key in set(a) | set(b) if _shown(a, key) != _shown(b, key))
-    shown = [f"{key} {_shown(a, key, 40)} vs {_shown(b, key, 40)}" for key in keys[:3]]
-    return ", ".join(shown) + (f", and {len(keys) - 3} more" if len(keys) > 3 else "")
-
-
-def _shown(values: dict, key: str, width: int | None = None) -> str:
-    return _canonical(values[key])[:width] if key in values else "(absent)"
+def _first_three(found: list[str]) -> str:
+    return ", ".join(found[:3]) + (f", and {len(found) - 3} more" if len(found) > 3 else "")
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -23,7 +23,6 @@ from kvoffload.metrics import DIRECTION
 from kvoffload.report.figures import (
     DEFINITIONS,
     FIX_VALUE,
-    REFERENCE_COLOR,
     Chart,
     ablation_set,
     by_workload,
@@ -139,10 +138,11 @@ def draw_ablation(runs: Sequence[RunFile], out: Path) -> list[Chart]:
         ordered = [run for _, members in ablation_groups(chosen) for run in members]
         fig, skipped = ablation_figure(workload, ordered)
         filename = save_chart(fig, out, f"ablation-{slug(workload)}.png")
+        duplicates = passed_over_note(passed_over(ordered, group))
         caption = ("Bars: green the reference (every fix), orange the reference with one fix flag off, blue a "
                    "vLLM release preset; red: a must-be-0 count that is not 0. "
                    + (f"Not drawn: {not_drawn_sentence(skipped)}. " if skipped else "")
-                   + (passed_over_note(passed_over(ordered, group)) + " " if passed_over(ordered, group) else "")
+                   + (duplicates + " " if duplicates else "")
                    + "; ".join(f"{m} ({direction_text(m)}): {DEFINITIONS[m]}" for m in ABLATION_METRICS))
         charts.append(Chart(FIX_VALUE, f"fix ablation: {workload}", filename, caption, run_provenance(ordered),
                             table=run_table(ordered, ABLATION_METRICS)))
@@ -182,5 +182,5 @@ def _panel(ax, metric: str, runs: Sequence[RunFile], continued: bool) -> None:
     ax.grid(axis="y", alpha=0.3)
 
 
-__all__ = ["ABLATION_METRICS", "REFERENCE_COLOR", "WARNING_COLOR", "ablation_colors", "ablation_figure",
+__all__ = ["ABLATION_METRICS", "WARNING_COLOR", "ablation_colors", "ablation_figure",
            "ablation_groups", "draw_ablation", "not_drawn"]

@@ -127,6 +127,9 @@ def _delay_percentiles(chosen: Sequence[RunFile]) -> Figure:
     fig = Figure(figsize=(max_width_inches(), 3.8 * len(run_rows) + 0.8), layout="constrained")
     axes = fig.subplots(len(run_rows), len(DELAY_METRICS), squeeze=False)
     width = 0.38
+    # every row of a metric on one y scale: the highest p99 of all runs
+    tops = {metric: max([number_or_none(run.metrics.get(f"{metric}_p99")) or 0.0 for run in chosen] + [1.0])
+            for metric in DELAY_METRICS}
     for row_axes, runs in zip(axes, run_rows):
         for ax, metric in zip(row_axes, DELAY_METRICS):
             x = list(range(len(runs)))
@@ -142,7 +145,6 @@ def _delay_percentiles(chosen: Sequence[RunFile]) -> Figure:
             ax.set_xlim(-0.6, PERCENTILE_RUNS_PER_ROW - 0.4)  # every row's bars the same width
             ax.set_ylabel("steps")
             ax.set_title(f"{metric}: p50 (solid), p99 (light)\n(lower is better)", fontsize=10)
-            top = max([number_or_none(run.metrics.get(f"{metric}_p99")) or 0.0 for run in chosen] + [1.0])
-            ax.set_ylim(0, top * 1.2)
+            ax.set_ylim(0, tops[metric] * 1.2)
             ax.grid(axis="y", alpha=0.3)
     return fig

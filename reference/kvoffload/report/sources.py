@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvoffload import long_numbers
-from kvoffload.results import SCHEMA, ResultError, read_result
+from kvoffload.results import SCHEMA, ResultError, differences, read_result
 
 _LAST_DATE_MS = 253402300800000  # 10000-01-01: the end of what a datetime holds
 
@@ -107,7 +107,6 @@ def find_runs(source: Path) -> tuple[list[RunFile], list[str]]:
 # the ablation and delay charts take the runs of one size and print it in their footer). Any other
 # key of ``config`` is the engine or the configuration (a --set override, another seed or profile).
 MAY_DIFFER = ("connector", "cpu_chunks")
-_MISSING = object()  # a config key one run lacks: never equal to the other's value
 
 
 def check_one_axis(runs: list[RunFile]) -> None:
@@ -129,18 +128,13 @@ def check_one_axis(runs: list[RunFile]) -> None:
             raise ResultError(f"{first.path} (engine {engines[0]}) and {run.path} (engine {engines[1]}) are runs "
                               f"of {run.workload} on different engines: a chart cannot put them on one axis; give "
                               f"--from a folder with one engine's runs")
-        differ = sorted(key for key in set(first.config) | set(run.config) if key not in (*MAY_DIFFER, "engine")
-                        and first.config.get(key, _MISSING) != run.config.get(key, _MISSING))
+        differ = differences(first.config, run.config, ignore=(*MAY_DIFFER, "engine"))
         if differ:
-            shown = ", ".join(f"{key} {_shown(first.config, key)} vs {_shown(run.config, key)}" for key in differ[:3])
+            shown = ", ".join(differ[:3])
             raise ResultError(f"{first.path} and {run.path} are runs of {run.workload} with different "
                               f"configurations ({shown}): a chart cannot put them on one axis; give --from a "
                               f"folder with one configuration's runs (only the connector and cpu_chunks may "
                               f"differ)")
-
-
-def _shown(config: dict[str, Any], key: str) -> str:
-    return json.dumps(config[key])[:40] if key in config else "(absent)"
 
 
 def _distributions(raw: Any) -> dict[str, dict[int, int]]:
