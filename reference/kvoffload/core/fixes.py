@@ -93,7 +93,7 @@ FIX_NAMES: tuple[str, ...] = tuple(info.name for info in FIX_INFO)
 
 
 class Recency(enum.Enum):
-    """How the CPU tier's LRU learns that a chunk was used (docs/design.md, "Recency")."""
+    """How the CPU tier's LRU learns that a chunk was used (docs/design.md, "Recency of the CPU tier")."""
 
     # vLLM <= 0.30: the connector's _touch moves every key of the request to the most-recent end
     # after each lookup (deferred and zero-hit ones included) and after each store that
