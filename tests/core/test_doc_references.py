@@ -27,7 +27,7 @@ MARKDOWN_GLOBS = ("README.md", "docs/**/*.md", "benchmarks/README.md", "tests/**
 CODE_GLOBS = ("reference/**/*.py", "tests/**/*.py", "benchmarks/*", "scripts/**/*", ".ci/*")
 # The documents a section citation can name, by the names the prose uses for them.
 CITABLE = r"(?:docs/[\w-]+\.md|[\w-]+\.md|README(?:\.md)?|benchmarks/README\.md|tests/gates/README\.md|workloads/README\.md)"
-SECTION_CITE = re.compile(rf"({CITABLE})(?:,| \(|, \(| section) ?\"([^\"\n]{{2,90}})\"")
+SECTION_CITE = re.compile(rf"({CITABLE})`{{0,2}}(?:,| \(|, \(| section) ?\"([^\"\n]{{2,90}})\"")
 DOC_FILE = re.compile(r"(?<![\w/.-])((?:docs|benchmarks|tests/gates|workloads)/[\w/-]*\.md)\b")
 LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
 BACKTICKED = re.compile(r"`([^`\s]+)`")
