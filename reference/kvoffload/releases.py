@@ -169,7 +169,7 @@ def _pair(name: str, real, simulated) -> str:
 
 
 def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> str:
-    """The README's release table (the rows of ``workloads``, default all): each release's row
+    """docs/releases.md's release table (the rows of ``workloads``, default all): each release's row
     beside its preset's ("x (=)" where they agree, else "release / preset"; "-" where an engine
     cannot measure the metric)."""
     lines = ["| release | preset | workload | sched | requests agreeing | GPU-hit tokens | connector-hit tokens "

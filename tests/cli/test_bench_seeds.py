@@ -29,8 +29,8 @@ def test_the_reference_offloads_every_finished_requests_last_chunk(reference_met
         reference_metrics, 1.0)
 
 
-# Where each fix shows at test size, and what it moves (the full-size workloads: README,
-# "Reading the results").
+# Where each fix shows at test size, and what it moves (the full-size workloads: docs/fixes.md,
+# "Each fix moves a figure").
 SHOWS = [
     ("last_block_at_finish", "multi-turn-small", "last_chunk_offloaded_rate"),
     ("flush_submits_before_wait", "spec-decode-small", "poisoned_loads"),

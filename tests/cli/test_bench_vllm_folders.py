@@ -1,4 +1,4 @@
-"""``kvoffload bench --engine vllm-scheduler`` as the README's vLLM section runs it, then
+"""``kvoffload bench --engine vllm-scheduler`` as docs/vllm.md runs it, then
 ``kvoffload report`` on what it wrote. The bench replays on two engines; report puts one engine's
 runs of a workload on an axis and refuses two, so the bench writes out/runs-ENGINE/, each engine's
 runs in a folder of their own, and the simulator's out/runs/ stays as it was. The vLLM replays
@@ -57,7 +57,7 @@ def test_the_vllm_scheduler_bench_leaves_a_folder_report_draws(stand_in_engines,
         f"bench-{w}-small-reference.json" for w in ("multi-turn", "shared-prefix", "spec-decode")]
     assert [p.name for p in (tmp_path / "out" / "runs").iterdir()] == ["bench-summary.json"]
 
-    # the command the bench prints, as the README shows it, draws the charts
+    # the command the bench prints draws the charts
     hint = "kvoffload report --from out/runs-vllm-scheduler/vllm-scheduler --out out/runs-vllm-scheduler/charts"
     assert hint in printed
     assert main(hint.split()[1:]) == 0

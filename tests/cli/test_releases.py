@@ -88,7 +88,7 @@ def test_rows_agree_request_by_request_and_name_the_first_differences():
         release_row({"a": [16, 0], "b": [0, 32], "c": [8, 0], "d": [0, 0]}, metrics),
         {"metrics": {**metrics, "steps": 170}, "error": None, "first_admission": hits})
 
-    # The README's table: "x (=)" where the release agrees with its preset, else "release / preset"
+    # docs/releases.md's table: "x (=)" where the release agrees with its preset, else "release / preset"
     lines = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26",
                                              "rows": [differs, crashed, rate_only, same]}]}).splitlines()
     assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")

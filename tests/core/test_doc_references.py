@@ -27,7 +27,7 @@ MARKDOWN_GLOBS = ("README.md", "docs/**/*.md", "benchmarks/README.md", "tests/**
 CODE_GLOBS = ("reference/**/*.py", "tests/**/*.py", "benchmarks/*", "scripts/**/*", ".ci/*")
 # The documents a section citation can name, by the names the prose uses for them.
 CITABLE = r"(?:docs/[\w-]+\.md|[\w-]+\.md|README(?:\.md)?|benchmarks/README\.md|tests/gates/README\.md|workloads/README\.md)"
-SECTION_CITE = re.compile(rf"({CITABLE})`{{0,2}}(?:,| \(|, \(| section) ?\"([^\"\n]{{2,90}})\"")
+SECTION_CITE = re.compile(rf"({CITABLE})`{{0,2}}(?:,| \(|, \(| section|'s| ) ?\"([^\"\n]{{2,90}})\"")
 DOC_FILE = re.compile(r"(?<![\w/.-])((?:docs|benchmarks|tests/gates|workloads)/[\w/-]*\.md)\b")
 LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
 BACKTICKED = re.compile(r"`([^`\s]+)`")
@@ -185,7 +185,8 @@ def any_path_exists(token: str, citing: Path) -> bool:
 
 def citing_files() -> list[Path]:
     """The docs and the code, less this file (its planted examples are stale on purpose)."""
-    return [path for path in documents(MARKDOWN_GLOBS) + documents(CODE_GLOBS) if path != Path(__file__).resolve()]
+    found = dict.fromkeys(documents(MARKDOWN_GLOBS) + documents(CODE_GLOBS))
+    return [path for path in found if path != Path(__file__).resolve()]
 
 
 def test_every_cited_section_exists():
@@ -224,3 +225,24 @@ def test_a_stale_link_and_a_stale_path_are_named(tmp_path):
                     encoding="utf-8")
     assert stale_links_and_paths([page]) == ["page.md:1: link to engine.md#the-watchdogs (no such section)",
                                              "page.md:1: `reference/kvoffload/core/store.py` does not exist"]
+
+
+def test_the_module_map_names_every_module_script_and_benchmark():
+    """docs/modules.md is the complete map: every module of the package (by its path inside
+    ``reference/kvoffload/``), every package, every file of ``scripts/`` and ``benchmarks/``."""
+    text = (ROOT / "docs" / "modules.md").read_text(encoding="utf-8")
+    package = "reference/kvoffload/"
+    wanted = set()
+    for name in FILES:
+        if name.startswith(package) and name.endswith(".py"):
+            inside = name[len(package):]
+            folder = str(Path(inside).parent)
+            if folder != ".":
+                wanted.add(folder + "/")
+            if Path(inside).name not in ("__init__.py", "__main__.py") or folder == ".":
+                wanted.add(inside)
+        elif name.startswith(("scripts/", "benchmarks/")) and not name.endswith(("README.md", "/__init__.py")):
+            wanted.add(name)
+    wanted.add("benchmarks/__init__.py")  # the suite's conventions live in its docstring
+    missing = sorted(path for path in wanted if f"`{path}`" not in text and f"`{package}{path}`" not in text)
+    assert not missing, "docs/modules.md does not name: " + ", ".join(missing)

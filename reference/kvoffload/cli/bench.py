@@ -20,7 +20,7 @@ from kvoffload.workloads import load_workload
 BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
 # The fixes of the founding bug reports (vLLM PR #48596's scheduler and worker halves, PR #54288,
 # PR #49671), each switched off in turn: on the bundled workloads each one moves a figure of the
-# table (README, "Reading the results": which one where).
+# table (docs/fixes.md, "Each fix moves a figure": which one where).
 SEED_FIXES = ("last_block_at_finish", "flush_submits_before_wait", "final_token_watermark",
               "deferred_finish_signal")
 # (preset, disabled fixes): the reference, the reference without each seed fix, every preset in release order

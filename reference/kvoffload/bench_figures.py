@@ -1,0 +1,86 @@
+"""What a bench summary shows, as the docs print it: which figure each fix flag moves, and the
+results at a glance (each preset's worst figure over the bundled workloads).
+
+Both read a ``kvoffload bench`` summary (``bench-summary.json``: rows of workload, connector
+label, metrics) and only its deterministic figures, so the tables they generate
+(``scripts/readme_tables.py``) are the same on every machine for one commit's results.
+"""
+
+from __future__ import annotations
+
+from kvoffload.cli.bench import TABLE_METRICS
+from kvoffload.core.fixes import FIX_NAMES, PRESETS
+from kvoffload.metrics import DIRECTION, MEASURED_METRICS, format_value, judge, same_value
+
+# The bench table's deterministic figures, the counts that name a bug outright first.
+FIGURES = tuple(sorted((name for name in TABLE_METRICS if name not in MEASURED_METRICS),
+                       key=lambda name: DIRECTION[name] != "zero"))
+SHOWN_PER_WORKLOAD = 3  # figures named per workload in the "each fix moves a figure" table
+
+
+def _rows(summary: dict) -> dict[tuple[str, str], dict]:
+    return {(row["workload"], row["connector"]): row["metrics"] for row in summary["rows"]}
+
+
+def moved_figures(summary: dict, fix: str) -> dict[str, list[tuple[str, object, object]]]:
+    """Per workload, the figures the reference without ``fix`` shows differently from the
+    reference, as the bench table prints them (a move below the printed precision is no move):
+    (metric, reference's value, fix off's value), in FIGURES order."""
+    rows = _rows(summary)
+    moved: dict[str, list[tuple[str, object, object]]] = {}
+    for (workload, label), off in rows.items():
+        reference = rows.get((workload, "reference"))
+        if label != f"reference -{fix}" or reference is None:
+            continue
+        changes = [(name, reference.get(name), off.get(name)) for name in FIGURES
+                   if format_value(name, reference.get(name)) != format_value(name, off.get(name))]
+        if changes:
+            moved[workload] = changes
+    return moved
+
+
+def fix_moves_markdown(summary: dict) -> str:
+    """The docs' "each fix moves a figure" table: one row per fix flag."""
+    lines = ["| fix off | workload: figure, reference -> fix off |", "|---|---|"]
+    for fix in FIX_NAMES:
+        moved = moved_figures(summary, fix)
+        if not moved:
+            cells = ["moves no figure of the bench"]
+        else:
+            cells = [f"{workload}: " + ", ".join(f"`{name}` {format_value(name, a)} -> {format_value(name, b)}"
+                                                 for name, a, b in changes[:SHOWN_PER_WORKLOAD])
+                     for workload, changes in moved.items()]
+        lines.append(f"| `{fix}` | " + "; ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+GLANCE = ("last_chunk_offloaded_rate", "last_block_hit_rate", "poisoned_loads", "lifecycle_violations",
+          "crashes", "stuck_requests")
+
+
+def at_a_glance_markdown(summary: dict, commit: str, date: str) -> str:
+    """The README's table: for the reference and each preset, each figure's worst value over the
+    bundled workloads, with the workload it was worst on."""
+    rows = _rows(summary)
+    workloads = list(dict.fromkeys(workload for workload, _ in rows))
+    lines = ["| connector | " + " | ".join(f"`{name}`" for name in GLANCE) + " |",
+             "|---|" + "---|" * len(GLANCE)]
+    for label in ("reference", *PRESETS):
+        cells = []
+        for name in GLANCE:
+            seen = [(rows[(w, label)].get(name), w) for w in workloads if (w, label) in rows]
+            seen = [(value, w) for value, w in seen if value is not None]
+            if not seen:
+                cells.append("-")
+                continue
+            worst, where = seen[0]
+            for value, w in seen[1:]:
+                if judge(name, worst, value) == "worse":
+                    worst, where = value, w
+            best = all(same_value(value, worst) for value, _ in seen)
+            cells.append(format_value(name, worst) + ("" if best else f" ({where})"))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Worst value over the bundled workloads ({', '.join(workloads)}), and where; "
+                 f"`kvoffload bench` at commit {commit[:7]} ({date}), `results/runs/bench-summary.json`.")
+    return "\n".join(lines)
