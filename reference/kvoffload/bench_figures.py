@@ -8,7 +8,8 @@ label, metrics) and only its deterministic figures, so the tables they generate
 
 from __future__ import annotations
 
-from kvoffload.cli.bench import TABLE_METRICS
+from kvoffload.choice import ConnectorChoice
+from kvoffload.cli.bench import TABLE_METRICS, ablation
 from kvoffload.core.fixes import FIX_NAMES, PRESETS
 from kvoffload.metrics import DIRECTION, MEASURED_METRICS, format_value, judge, same_value
 
@@ -22,15 +23,24 @@ def _rows(summary: dict) -> dict[tuple[str, str], dict]:
     return {(row["workload"], row["connector"]): row["metrics"] for row in summary["rows"]}
 
 
+def ablation_labels(fix: str) -> tuple[str, str]:
+    """The bench's connector label of the run without ``fix``, and of the run it is compared
+    with: the reference, or for a fix another one hides (cli/bench.py, HIDDEN_BY) the reference
+    without that other fix."""
+    disabled = ablation(fix)
+    return ConnectorChoice.build(disabled=disabled).label, ConnectorChoice.build(disabled=disabled[:-1]).label
+
+
 def moved_figures(summary: dict, fix: str) -> dict[str, list[tuple[str, object, object]]]:
-    """Per workload, the figures the reference without ``fix`` shows differently from the
-    reference, as the bench table prints them (a move below the printed precision is no move):
-    (metric, reference's value, fix off's value), in FIGURES order."""
+    """Per workload, the figures the run without ``fix`` shows differently from the run it is
+    compared with (``ablation_labels``), as the bench table prints them (a move below the
+    printed precision is no move): (metric, before, fix off), in FIGURES order."""
     rows = _rows(summary)
+    off_label, before_label = ablation_labels(fix)
     moved: dict[str, list[tuple[str, object, object]]] = {}
     for (workload, label), off in rows.items():
-        reference = rows.get((workload, "reference"))
-        if label != f"reference -{fix}" or reference is None:
+        reference = rows.get((workload, before_label))
+        if label != off_label or reference is None:
             continue
         changes = [(name, reference.get(name), off.get(name)) for name in FIGURES
                    if format_value(name, reference.get(name)) != format_value(name, off.get(name))]
@@ -43,6 +53,7 @@ def fix_moves_markdown(summary: dict) -> str:
     """The docs' "each fix moves a figure" table: one row per fix flag."""
     lines = ["| fix off | workload: figure, reference -> fix off |", "|---|---|"]
     for fix in FIX_NAMES:
+        hidden_by = ablation(fix)[:-1]
         moved = moved_figures(summary, fix)
         if not moved:
             cells = ["moves no figure of the bench"]
@@ -50,7 +61,8 @@ def fix_moves_markdown(summary: dict) -> str:
             cells = [f"{workload}: " + ", ".join(f"`{name}` {format_value(name, a)} -> {format_value(name, b)}"
                                                  for name, a, b in changes[:SHOWN_PER_WORKLOAD])
                      for workload, changes in moved.items()]
-        lines.append(f"| `{fix}` | " + "; ".join(cells) + " |")
+        name = f"`{fix}`" + "".join(f" (with `{other}` off: reference -{other} -> both off)" for other in hidden_by)
+        lines.append(f"| {name} | " + "; ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -73,7 +73,8 @@ def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> Si
     from kvoffload.engine.engine import Engine
 
     workload = load_workload(workload_name, {"scheduling": scheduling})
-    engine = Engine(workload.requests, workload.engine, Fixes.preset(preset) if preset else Fixes())
+    engine = Engine(workload.requests, workload.engine, Fixes.preset(preset) if preset else Fixes(),
+                    reset_cache_at=workload.reset_cache_at)
     first = _observe_first_admissions(engine.connector)
     record = engine.run()
     error = None if record.crash is None else {"message": record.crash, "step": record.crash_step}

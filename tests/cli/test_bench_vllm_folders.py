@@ -42,6 +42,9 @@ def test_each_engine_benches_into_its_own_folder_by_default():
         "vllm-scheduler": "out/runs-vllm-scheduler", "vllm": "out/runs-vllm"}
 
 
+WORKLOADS = ("aborts-and-resets", "multi-turn", "shared-prefix", "spec-decode")  # kvoffload bench's, sorted
+
+
 def test_the_vllm_scheduler_bench_leaves_a_folder_report_draws(stand_in_engines, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out" / "runs").mkdir(parents=True)  # the simulator's bench was here first
@@ -51,10 +54,8 @@ def test_the_vllm_scheduler_bench_leaves_a_folder_report_draws(stand_in_engines,
     root = tmp_path / "out" / "runs-vllm-scheduler"
     assert sorted(p.name for p in root.iterdir()) == ["bench-summary-vllm.json", "simulator", "vllm-scheduler"]
     assert sorted(p.name for p in (root / "vllm-scheduler").iterdir()) == [
-        f"bench-{w}-small-{c}-vllm-scheduler.json" for w in ("multi-turn", "shared-prefix", "spec-decode")
-        for c in ("reference", "vllm-stock")]
-    assert sorted(p.name for p in (root / "simulator").iterdir()) == [
-        f"bench-{w}-small-reference.json" for w in ("multi-turn", "shared-prefix", "spec-decode")]
+        f"bench-{w}-small-{c}-vllm-scheduler.json" for w in WORKLOADS for c in ("reference", "vllm-stock")]
+    assert sorted(p.name for p in (root / "simulator").iterdir()) == [f"bench-{w}-small-reference.json" for w in WORKLOADS]
     assert [p.name for p in (tmp_path / "out" / "runs").iterdir()] == ["bench-summary.json"]
 
     # the command the bench prints draws the charts

@@ -39,7 +39,7 @@ def release_row(workload_name: str, scheduling: str, preset: str | None = None) 
     started = time.perf_counter()
     load = ConnectorLoad(STOCK) if preset is None else ConnectorLoad(REFERENCE, None if preset == REFERENCE else preset)
     try:
-        replay = VllmSchedulerReplay(workload.requests, workload.engine, load)
+        replay = VllmSchedulerReplay(workload.requests, workload.engine, load, reset_cache_at=workload.reset_cache_at)
     except Exception as error:  # noqa: BLE001 - reported as the row's result, one line
         row["setup_error"] = f"{type(error).__name__}: {error}".splitlines()[0]
         row["traceback"] = traceback.format_exc(limit=-3)
