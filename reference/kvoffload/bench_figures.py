@@ -71,28 +71,31 @@ GLANCE = ("last_chunk_offloaded_rate", "last_block_hit_rate", "poisoned_loads", 
 
 
 def at_a_glance_markdown(summary: dict, commit: str, date: str) -> str:
-    """The README's table: for the reference and each preset, each figure's worst value over the
-    bundled workloads, with the workload it was worst on."""
+    """The README's table: what each vLLM release's preset loses against the reference on the
+    bundled workloads. Per figure, the workload where the preset is furthest on the worse side
+    of the reference (a rate by how far it falls, a count by how far it rises), as "preset's
+    value (reference's, workload)"; "=" where it is never worse."""
     rows = _rows(summary)
     workloads = list(dict.fromkeys(workload for workload, _ in rows))
-    lines = ["| connector | " + " | ".join(f"`{name}`" for name in GLANCE) + " |",
+    lines = ["| preset (release) | " + " | ".join(f"`{name}`" for name in GLANCE) + " |",
              "|---|" + "---|" * len(GLANCE)]
-    for label in ("reference", *PRESETS):
+    for label, preset in PRESETS.items():
         cells = []
         for name in GLANCE:
-            seen = [(rows[(w, label)].get(name), w) for w in workloads if (w, label) in rows]
-            seen = [(value, w) for value, w in seen if value is not None]
-            if not seen:
-                cells.append("-")
-                continue
-            worst, where = seen[0]
-            for value, w in seen[1:]:
-                if judge(name, worst, value) == "worse":
-                    worst, where = value, w
-            best = all(same_value(value, worst) for value, _ in seen)
-            cells.append(format_value(name, worst) + ("" if best else f" ({where})"))
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            worst = None
+            for workload in workloads:
+                ours, reference = rows.get((workload, label), {}), rows.get((workload, "reference"), {})
+                a, b = reference.get(name), ours.get(name)
+                if judge(name, a, b) != "worse" or a is None or b is None:
+                    continue
+                gap = abs(b - a)
+                if worst is None or gap > worst[0]:
+                    worst = (gap, workload, a, b)
+            cells.append("=" if worst is None else
+                         f"{format_value(name, worst[3])} ({format_value(name, worst[2])}, {worst[1]})")
+        lines.append(f"| `{label}` ({preset.release}) | " + " | ".join(cells) + " |")
     lines.append("")
-    lines.append(f"Worst value over the bundled workloads ({', '.join(workloads)}), and where; "
+    lines.append(f"Each cell: the preset's value where it falls furthest behind the reference, with the "
+                 f"reference's value and the workload; \"=\": never behind on {', '.join(workloads)}. "
                  f"`kvoffload bench` at commit {commit[:7]} ({date}), `results/runs/bench-summary.json`.")
     return "\n".join(lines)
