@@ -1,9 +1,13 @@
 """The report's "vLLM releases": the measured release table, each real release beside its preset.
 
 Reads ``releases/releases.json`` under the report's source (``kvoffload releases`` writes it)
-and draws one figure per workload: a panel per metric of ``kvoffload.releases.TABLE_METRICS``,
-releases along x, the release's stock connector as filled markers and the simulator with the
-release's preset as hollow ones, sync and async. Nothing is replayed here.
+and draws one figure per workload: a panel per deterministic metric of
+``kvoffload.releases.TABLE_METRICS`` that takes more than one value somewhere, releases along x,
+the release's stock connector as filled markers and the simulator with the release's preset as
+hollow ones, sync and async. A metric with one value in every row (crashes 0 everywhere) is named
+under the title instead of a flat panel on a default axis; a measured one (µs per step: one
+sample per row on a shared machine, no spread) is left to the table. Counts start at 0; a rate's
+axis spans its values with a margin, so a 3-point gap shows. Nothing is replayed here.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from kvoffload.metrics import format_value
+from kvoffload.metrics import MEASURED_METRICS, format_value
 from kvoffload.releases import SCHEMA, TABLE_METRICS
 from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, max_width_inches, save_figure, slug
 from kvoffload.results import ResultError
@@ -95,11 +99,31 @@ def _cell(metric: str, value) -> str:
     return "" if value is None else format_value(metric, value)
 
 
+def drawn_metrics(points: list[tuple]) -> tuple[list[str], dict[str, str]]:
+    """The metrics with a panel, and {metric: why not} for the others."""
+    drawn, skipped = [], {}
+    for metric in TABLE_METRICS:
+        if metric in MEASURED_METRICS:
+            skipped[metric] = "measured once per row (no spread): in the table"
+            continue
+        values = {v for p in points if p[3] == metric for v in (p[4], p[5]) if v is not None}
+        if not values:
+            skipped[metric] = "no value in any row"
+        elif len(values) == 1:
+            skipped[metric] = f"{format_value(metric, next(iter(values)))} in every row"
+        else:
+            drawn.append(metric)
+    return drawn, skipped
+
+
 def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
-    fig = Figure(figsize=(max_width_inches(), 6.8), layout="constrained")
-    axes = fig.subplots(2, 4).flatten()
+    drawn, skipped = drawn_metrics(points)
+    columns = 4
+    rows = max(1, -(-(len(drawn) + 1) // columns))  # a spare panel for the legend
+    fig = Figure(figsize=(max_width_inches(), 3.4 * rows + 0.9), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).flatten()
     position = {release: i for i, release in enumerate(releases)}
-    for ax, metric in zip(axes, TABLE_METRICS):
+    for ax, metric in zip(axes, drawn):
         for scheduling, color in SCHEDULING_COLORS.items():
             mine = [p for p in points if p[3] == metric and p[2] == scheduling]
             offset = -0.12 if scheduling == "sync" else 0.12
@@ -110,13 +134,19 @@ def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
             if simulated:
                 ax.scatter(*zip(*simulated), facecolors="none", edgecolors=color, s=90, linewidths=1.4,
                            zorder=2, label=f"preset, {scheduling}")
+        values = [v for p in points if p[3] == metric for v in (p[4], p[5]) if v is not None]
+        low, high = min(values), max(values)
+        if metric.endswith("_rate"):
+            margin = max((high - low) * 0.15, 0.005)
+            ax.set_ylim(low - margin, high + margin)
+        else:
+            ax.set_ylim(0 if low >= 0 else low * 1.15, max(high * 1.15, high + 1))
         ax.set_xticks(range(len(releases)), releases, rotation=45, fontsize=8)
         ax.set_xlim(-0.5, len(releases) - 0.5)
         ax.set_title(metric, fontsize=10)
         ax.grid(alpha=0.3)
-        if not ax.collections:  # e.g. last_block_hit_rate where no request had a last block to store
-            ax.text(0.5, 0.5, "no value in any row", transform=ax.transAxes, ha="center", va="center",
-                    fontsize=9, color="0.4")
+    for ax in axes[len(drawn):-1]:
+        ax.set_visible(False)
     # The legend lives in the spare panel, so it never covers data and every chart has one.
     key = axes[-1]
     key.axis("off")
@@ -128,5 +158,8 @@ def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
     key.text(0, 0.3, "filled: the release's stock connector\nhollow: the simulator with its preset\n"
              "a release without a marker: not run\n(see the table) or not measurable", fontsize=9,
              va="center", transform=key.transAxes)
-    fig.suptitle(f"vLLM releases: {workload}", fontsize=12)
+    title = f"vLLM releases: {workload}"
+    if skipped:
+        title += "\nNot drawn: " + "; ".join(f"{metric} {why}" for metric, why in skipped.items())
+    fig.suptitle(title, fontsize=11)
     return fig
