@@ -107,3 +107,19 @@ def test_a_three_point_gap_shows_and_counts_start_at_zero():
     low, high = by_title["last_block_hit_rate"].get_ylim()
     assert 0.95 < low < 0.970 and 0.999 < high < 1.01
     assert by_title["poisoned_loads"].get_ylim()[0] == 0
+
+def test_requests_agreeing_on_hits_and_steps_get_a_panel_where_any_row_falls_short():
+    """0.29.0's shared-prefix-small async: 28 of 32 on hits, 18 on the admission step, 15 on the
+    finish step: the panel's axis reaches below the lowest share; every row at 32/32 is named."""
+    from kvoffload.report.releases import _figure
+
+    points = [("0.29.0", "vllm-0.29", "async", "poisoned_loads", 0, 0)]
+    short = [("0.29.0", "async", "hits", 28 / 32), ("0.29.0", "async", "admitted", 18 / 32),
+             ("0.29.0", "async", "finished", 15 / 32), ("0.32.0", "async", "hits", 1.0)]
+    fig = _figure("shared-prefix-small", ["0.29.0", "0.32.0"], points, short)
+    [panel] = [ax for ax in fig.axes if ax.get_title().startswith("requests agreeing")]
+    assert panel.get_ylim()[0] < 15 / 32 and len(panel.collections) == 3  # async: hits, admitted, finished
+    whole = [(r, "async", kind, 1.0) for r in ("0.29.0", "0.32.0") for kind in ("hits", "admitted", "finished")]
+    fig = _figure("shared-prefix-small", ["0.29.0", "0.32.0"], points, whole)
+    assert not [ax for ax in fig.axes if ax.get_title().startswith("requests agreeing")]
+    assert "requests agreeing every request on hits and steps, in every row" in " ".join(fig.get_suptitle().split())

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kvoffload.metrics import MEASURED_METRICS, format_value
-from kvoffload.releases import SCHEMA, TABLE_METRICS
+from kvoffload.releases import SCHEMA, STEP_KINDS, TABLE_METRICS
 from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, max_width_inches, save_figure, slug
 from kvoffload.results import ResultError
 
@@ -57,10 +57,16 @@ def draw_releases(source: Path, out: Path) -> tuple[list[Chart], str | None]:
         return [], f"vLLM releases: no {source / TABLE_PATH} (kvoffload releases writes it)"
     releases = [entry["release"] for entry in table["releases"]]
     values: dict[str, list[tuple]] = {}  # workload -> (release, preset, scheduling, metric, real, simulated)
+    agreements: dict[str, list[tuple]] = {}  # workload -> (release, scheduling, kind, share of requests)
     for entry in table["releases"]:
         for row in entry["rows"]:
             if "setup_error" in row:
                 continue
+            for kind, agreeing, total in (("hits", "agreeing", "requests"),
+                                          *((k, f"{k}_agreeing", f"{k}_requests") for k in STEP_KINDS)):
+                if row.get(total):
+                    agreements.setdefault(row["workload"], []).append(
+                        (entry["release"], row["scheduling"], kind, row[agreeing] / row[total]))
             real, simulated = row["release"]["metrics"], row["preset"]["metrics"]
             for metric in TABLE_METRICS:
                 values.setdefault(row["workload"], []).append(
@@ -69,7 +75,7 @@ def draw_releases(source: Path, out: Path) -> tuple[list[Chart], str | None]:
     charts = []
     for workload, points in values.items():
         filename = f"releases-{slug(workload)}.png"
-        save_figure(_figure(workload, releases, points), out / filename)
+        save_figure(_figure(workload, releases, points, agreements.get(workload, [])), out / filename)
         header = ("release", "preset", "scheduling", "metric", "release value", "preset value")
         rows = tuple((r, p, s, m, _cell(m, a), _cell(m, b)) for r, p, s, m, a, b in points)
         charts.append(Chart(
@@ -116,13 +122,41 @@ def drawn_metrics(points: list[tuple]) -> tuple[list[str], dict[str, str]]:
     return drawn, skipped
 
 
-def _figure(workload: str, releases: list[str], points: list[tuple]) -> Figure:
+AGREEMENT_MARKERS = {"hits": "o", "admitted": "s", "finished": "^"}
+
+
+def _agreement_panel(ax, releases: list[str], agreements: list[tuple]) -> None:
+    """Share of requests agreeing with the preset, per release: on first-admission hits, on the
+    admission step, on the finish step (circle, square, triangle), sync and async."""
+    position = {release: i for i, release in enumerate(releases)}
+    for (scheduling, color), (kind, marker) in ((sc, km) for sc in SCHEDULING_COLORS.items()
+                                                for km in AGREEMENT_MARKERS.items()):
+        mine = [(position[r] + (-0.15 if scheduling == "sync" else 0.15), share)
+                for r, s, k, share in agreements if s == scheduling and k == kind]
+        if mine:
+            ax.scatter(*zip(*mine), color=color, marker=marker, s=30, alpha=0.85, zorder=3)
+    low = min(share for *_, share in agreements)
+    ax.set_ylim(low - max((1 - low) * 0.15, 0.02), 1 + max((1 - low) * 0.1, 0.01))
+    ax.set_xticks(range(len(releases)), releases, rotation=45, fontsize=8)
+    ax.set_xlim(-0.5, len(releases) - 0.5)
+    ax.set_title("requests agreeing: hits o, admitted at □, finished at △", fontsize=10)
+    ax.grid(alpha=0.3)
+
+
+def _figure(workload: str, releases: list[str], points: list[tuple], agreements: list[tuple] = ()) -> Figure:
     drawn, skipped = drawn_metrics(points)
+    agreement_drawn = any(share < 1 for *_, share in agreements)
+    if agreements and not agreement_drawn:
+        skipped = {"requests agreeing": "every request on hits and steps, in every row", **skipped}
     columns = 4
-    rows = max(1, -(-(len(drawn) + 1) // columns))  # a spare panel for the legend
+    panels = len(drawn) + agreement_drawn
+    rows = max(1, -(-(panels + 1) // columns))  # a spare panel for the legend
     fig = Figure(figsize=(max_width_inches(), 3.4 * rows + 0.9), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False).flatten()
     position = {release: i for i, release in enumerate(releases)}
+    if agreement_drawn:
+        _agreement_panel(axes[0], releases, list(agreements))
+        axes = axes[1:]
     for ax, metric in zip(axes, drawn):
         for scheduling, color in SCHEDULING_COLORS.items():
             mine = [p for p in points if p[3] == metric and p[2] == scheduling]
