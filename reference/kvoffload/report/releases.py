@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import textwrap
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -139,7 +140,7 @@ def _agreement_panel(ax, releases: list[str], agreements: list[tuple]) -> None:
     ax.set_ylim(low - max((1 - low) * 0.15, 0.02), 1 + max((1 - low) * 0.1, 0.01))
     ax.set_xticks(range(len(releases)), releases, rotation=45, fontsize=8)
     ax.set_xlim(-0.5, len(releases) - 0.5)
-    ax.set_title("requests agreeing: hits o, admitted at □, finished at △", fontsize=10)
+    ax.set_title("requests agreeing\n(o hits, □ admission step, △ finish step)", fontsize=9)
     ax.grid(alpha=0.3)
 
 
@@ -193,7 +194,8 @@ def _figure(workload: str, releases: list[str], points: list[tuple], agreements:
              "a release without a marker: not run\n(see the table) or not measurable", fontsize=9,
              va="center", transform=key.transAxes)
     title = f"vLLM releases: {workload}"
-    if skipped:
-        title += "\nNot drawn: " + "; ".join(f"{metric} {why}" for metric, why in skipped.items())
+    if skipped:  # wrapped: the figure never grows wider than the page
+        title += "\n" + "\n".join(textwrap.wrap("Not drawn: " + "; ".join(f"{metric} {why}"
+                                                                         for metric, why in skipped.items()), 150))
     fig.suptitle(title, fontsize=11)
     return fig
