@@ -246,3 +246,12 @@ def test_the_module_map_names_every_module_script_and_benchmark():
     wanted.add("benchmarks/__init__.py")  # the suite's conventions live in its docstring
     missing = sorted(path for path in wanted if f"`{path}`" not in text and f"`{package}{path}`" not in text)
     assert not missing, "docs/modules.md does not name: " + ", ".join(missing)
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    """The Quickstart's second command is CI's (``.ci/run``): a reader who runs it runs CI's tests."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    command = "./scripts/setup && .venv/bin/python -m pytest -q"
+    assert command in ci.splitlines()
+    quickstart = (ROOT / "README.md").read_text(encoding="utf-8").split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    assert any(line.startswith(command + " ") or line == command for line in quickstart.splitlines())
