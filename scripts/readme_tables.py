@@ -1,61 +1,103 @@
-"""Regenerate the README's generated tables from the code that owns them.
+"""Regenerate the generated tables of the README and the docs pages from what owns them.
 
-    python scripts/readme_tables.py          rewrite README.md in place
-    python scripts/readme_tables.py --check  exit 1 (naming the table) if README.md is stale
+    python scripts/readme_tables.py          rewrite the pages in place
+    python scripts/readme_tables.py --check  exit 1 (naming the page and table) if one is stale
 
-Each table sits between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``;
-everything outside the markers is left alone. tests/core/test_facts.py runs the check.
+Each table sits between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->`` in the
+one page that holds it (``TABLES``); everything outside the markers is left alone. The code owns
+the fix flags and the glossary; the committed results own the measured tables (the bench
+summary in ``results/runs/``, the release table in ``results/releases/``), whose writers
+(``benchmarks/publish``) run this script after them. tests/core/test_facts.py runs the check.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
+from kvoffload.bench_figures import at_a_glance_markdown, fix_moves_markdown
 from kvoffload.core.fixes import fix_flags_markdown
 from kvoffload.metrics import glossary_markdown
 from kvoffload.releases import FULL_WORKLOADS, SMALL_WORKLOADS, releases_markdown
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-RELEASE_TABLE = README.parent / "results" / "releases" / "releases.json"  # kvoffload releases writes it
-TABLES = {"fix-flags": fix_flags_markdown, "metrics": glossary_markdown,
-          "releases": lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()), SMALL_WORKLOADS),
-          "releases-full": lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()), FULL_WORKLOADS)}
+ROOT = Path(__file__).resolve().parents[1]
+RELEASE_TABLE = ROOT / "results" / "releases" / "releases.json"  # kvoffload releases writes it
+BENCH_SUMMARY = ROOT / "results" / "runs" / "bench-summary.json"  # kvoffload bench (benchmarks/publish)
+BENCH_REFERENCE_RUN = ROOT / "results" / "runs" / "bench-multi-turn-reference.json"  # its provenance
+
+
+def _bench_summary() -> dict:
+    return json.loads(BENCH_SUMMARY.read_text(encoding="utf-8"))
+
+
+def _glance() -> str:
+    commit = json.loads(BENCH_REFERENCE_RUN.read_text(encoding="utf-8"))["provenance"]["commit"]
+    date = subprocess.run(["git", "show", "-s", "--format=%cs", commit], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip() or "date unknown"
+    return at_a_glance_markdown(_bench_summary(), commit, date)
+
+
+# table -> (the page that holds it, what generates it)
+TABLES = {
+    "at-a-glance": ("README.md", _glance),
+    "fix-flags": ("docs/fixes.md", fix_flags_markdown),
+    "fix-moves": ("docs/fixes.md", lambda: fix_moves_markdown(_bench_summary())),
+    "metrics": ("docs/metrics.md", glossary_markdown),
+    "releases": ("docs/releases.md",
+                 lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()), SMALL_WORKLOADS)),
+    "releases-full": ("docs/releases.md",
+                      lambda: releases_markdown(json.loads(RELEASE_TABLE.read_text()), FULL_WORKLOADS)),
+}
+PAGES = tuple(dict.fromkeys(page for page, _ in TABLES.values()))
 
 
 def _pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"(<!-- generated: {name} -->\n)(.*?)(<!-- end generated: {name} -->)", re.S)
 
 
-def render(text: str) -> str:
-    """``text`` with every generated table replaced by what the code generates now."""
-    for name, generate in TABLES.items():
+def render(page: str, text: str) -> str:
+    """``text`` of ``page`` with each of its generated tables replaced by what is generated now."""
+    for name, (home, generate) in TABLES.items():
+        if home != page:
+            continue
         pattern = _pattern(name)
         if not pattern.search(text):
-            raise SystemExit(f"README.md has no '<!-- generated: {name} -->' section")
+            raise SystemExit(f"{page} has no '<!-- generated: {name} -->' section")
         text = pattern.sub(lambda m: m.group(1) + generate() + "\n" + m.group(3), text)
     return text
 
 
-def stale_tables(text: str) -> list[str]:
-    return [name for name, generate in TABLES.items()
-            if (m := _pattern(name).search(text)) is None or m.group(2) != generate() + "\n"]
+def read_pages() -> dict[str, str]:
+    return {page: (ROOT / page).read_text(encoding="utf-8") for page in PAGES}
+
+
+def stale_tables(pages: dict[str, str]) -> list[str]:
+    """The tables whose text in ``pages`` (page -> text) differs from what is generated now."""
+    stale = []
+    for name, (page, generate) in TABLES.items():
+        match = _pattern(name).search(pages[page])
+        if match is None or match.group(2) != generate() + "\n":
+            stale.append(name)
+    return stale
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text(encoding="utf-8")
+    pages = read_pages()
     if argv == ["--check"]:
-        stale = stale_tables(text)
+        stale = stale_tables(pages)
         if stale:
-            print(f"README.md is stale: {', '.join(stale)} (run python scripts/readme_tables.py)", file=sys.stderr)
+            named = ", ".join(f"{TABLES[name][0]} ({name})" for name in stale)
+            print(f"stale generated tables: {named} (run python scripts/readme_tables.py)", file=sys.stderr)
             return 1
         return 0
     if argv:
         print("usage: python scripts/readme_tables.py [--check]", file=sys.stderr)
         return 2
-    README.write_text(render(text), encoding="utf-8")
+    for page, text in pages.items():
+        (ROOT / page).write_text(render(page, text), encoding="utf-8")
     return 0
 
 

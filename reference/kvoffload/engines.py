@@ -60,7 +60,7 @@ class Simulator:
             raise ConfigError(f"the simulator runs the reference connector only, not {choice.source!r} "
                               f"(use --engine {VLLM_SCHEDULER})")
         return Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace,
-                      max_steps=max_steps).run()
+                      max_steps=max_steps, reset_cache_at=workload.reset_cache_at).run()
 
 
 def engine_named(name: str, **options) -> ReplayEngine:

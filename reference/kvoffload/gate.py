@@ -45,7 +45,7 @@ from kvoffload.workloads import load_workload
 
 SCHEMA = "kvoffload-bench/gate-baseline/v1"
 BASELINE = Path("results/gate/baseline.json")
-WORKLOADS = ("shared-prefix-small", "multi-turn-small", "spec-decode-small")
+WORKLOADS = ("shared-prefix-small", "multi-turn-small", "spec-decode-small", "aborts-and-resets-small")
 CONNECTORS: tuple[str | None, ...] = (None, *PRESETS)  # the reference, then every preset
 
 DETERMINISTIC = tuple(name for name, _, _ in GLOSSARY if name not in MEASURED)

@@ -1,8 +1,8 @@
 """The metrics of a run: the glossary below is their one definition (JSON keys = chart labels).
 
 Deterministic (the same command gives the same value): every metric but those whose definition
-starts with "*measured*", which vary run to run on this machine. The README's "Metrics" table is
-generated from ``GLOSSARY`` (``python scripts/readme_tables.py``; a test keeps them equal).
+starts with "*measured*", which vary run to run on this machine. The glossary table of
+docs/metrics.md is generated from ``GLOSSARY`` (``python scripts/readme_tables.py``; a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def judge(name: str, before: float | None, after: float | None) -> str:
 
 
 def glossary_markdown() -> str:
-    """The README's "Metrics" table, generated from GLOSSARY."""
+    """The glossary table of docs/metrics.md, generated from GLOSSARY."""
     lines = ["| metric | better | definition |", "|---|---|---|"]
     lines += [f"| `{m.name}` | {m.better} | {m.definition} |" for m in GLOSSARY]
     return "\n".join(lines)

@@ -7,12 +7,14 @@ simulator replaying the same workload with the release's preset (:data:`PRESET_O
 comparison itself. It never imports vLLM.
 
 Per row (workload x scheduling): per request, the first admission's GPU-hit and connector-hit
-tokens must be equal; the totals of both; every zero-metric; a crash with its exception and step.
+tokens must be equal, and so must the step of that admission and the step the request finished
+(two engines can serve the same hits at different times: the hits alone would call such a row
+agreeing); the totals of both; every zero-metric; a crash with its exception and step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.metrics import MEASURED_METRICS, MODEL_METRICS, compute_metrics, same_value
@@ -66,6 +68,8 @@ class SimulatorRow:
     metrics: dict
     error: dict | None
     first_admission: dict[str, list[int]]
+    # request -> [the step of its first admission, the step it finished] (None: not reached)
+    steps: dict[str, list[int | None]] = field(default_factory=dict)
 
 
 def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> SimulatorRow:
@@ -73,18 +77,27 @@ def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> Si
     from kvoffload.engine.engine import Engine
 
     workload = load_workload(workload_name, {"scheduling": scheduling})
-    engine = Engine(workload.requests, workload.engine, Fixes.preset(preset) if preset else Fixes())
-    first = _observe_first_admissions(engine.connector)
+    engine = Engine(workload.requests, workload.engine, Fixes.preset(preset) if preset else Fixes(),
+                    reset_cache_at=workload.reset_cache_at)
+    steps: dict[str, list[int | None]] = {}
+    first = _observe_first_admissions(engine.connector, lambda: engine.observer.step, steps)
+    finished = engine.feed.parent_finished  # the engine tells the feed of every finish, with its step
+
+    def observed_finish(req_id: str, step: int) -> None:
+        steps.setdefault(req_id, [None, None])[1] = step
+        finished(req_id, step)
+
+    engine.feed.parent_finished = observed_finish
     record = engine.run()
     error = None if record.crash is None else {"message": record.crash, "step": record.crash_step}
     metrics = {name: value for name, value in compute_metrics(record).items() if name not in MODEL_METRICS}
-    return SimulatorRow(metrics, error, first)
+    return SimulatorRow(metrics, error, first, steps)
 
 
-def _observe_first_admissions(core) -> dict[str, list[int]]:
+def _observe_first_admissions(core, clock, steps: dict[str, list[int | None]]) -> dict[str, list[int]]:
     """Per request, (GPU-hit tokens, connector-hit tokens) at its first admission, as the vLLM
     engine's ledger counts them (``kvoffload.vllm.observe``): the after-alloc call that follows
-    a lookup."""
+    a lookup; and into ``steps`` the step (``clock()``) of that admission."""
     first: dict[str, list[int]] = {}
     local_at_lookup: dict[str, int] = {}
     lookup, after_alloc = core.get_num_new_matched_tokens, core.update_state_after_alloc
@@ -95,8 +108,9 @@ def _observe_first_admissions(core) -> dict[str, list[int]]:
 
     def observed_after_alloc(req, block_ids, num_external):
         num_local = local_at_lookup.pop(req.req_id, None)
-        if num_local is not None:
-            first.setdefault(req.req_id, [num_local, num_external])
+        if num_local is not None and req.req_id not in first:
+            first[req.req_id] = [num_local, num_external]
+            steps.setdefault(req.req_id, [None, None])[0] = clock()
         return after_alloc(req, block_ids, num_external)
 
     core.get_num_new_matched_tokens = observed_lookup
@@ -125,11 +139,36 @@ def compare(release_row: dict, simulated: SimulatorRow) -> dict:
     measured = release_row["metrics"]
     row["zero_metrics"] = {name: {"release": measured.get(name), "preset": simulated.metrics.get(name)}
                            for name in ZERO_METRICS}
-    row["agree"] = (not differing and row["totals"]["release"] == row["totals"]["preset"]
+    steps_agree = _compare_steps(row, release_row.get("steps"), simulated.steps)
+    row["agree"] = (not differing and steps_agree and row["totals"]["release"] == row["totals"]["preset"]
                     and all(v["release"] is None or v["release"] == v["preset"] for v in row["zero_metrics"].values())
                     and (release_row["error"] is None) == (simulated.error is None))
     row["differing_metrics"] = differing_metrics(measured, simulated.metrics)
     return row
+
+
+STEP_KINDS = ("admitted", "finished")  # the two steps of a request compared (its first admission, its finish)
+
+
+def _compare_steps(row: dict, real: dict | None, simulated: dict) -> bool:
+    """Per kind, of the requests either side admitted (finished), those whose step agrees
+    (``admitted_agreeing`` of ``admitted_requests``, the same for ``finished``) and the first
+    differences; True when every step agrees. A release row recorded before rows kept their
+    steps (no ``steps``) compares nothing and disagrees with nothing."""
+    if real is None:
+        return True
+    agree = True
+    for index, kind in enumerate(STEP_KINDS):
+        def step(seen: dict, req_id: str) -> int | None:
+            return (seen.get(req_id) or [None, None])[index]
+        ids = sorted(r for r in set(real) | set(simulated) if (step(real, r), step(simulated, r)) != (None, None))
+        differing = [req_id for req_id in ids if step(real, req_id) != step(simulated, req_id)]
+        row[f"{kind}_requests"] = len(ids)
+        row[f"{kind}_agreeing"] = len(ids) - len(differing)
+        row[f"{kind}_differences"] = [{"request": r, "release": step(real, r), "preset": step(simulated, r)}
+                                      for r in differing[:5]]
+        agree = agree and not differing
+    return agree
 
 
 def differing_metrics(release: dict, preset: dict) -> list[str]:
@@ -149,10 +188,12 @@ def needs_second_pass(row: dict) -> bool:
 def preset_inside(release_row: dict, preset_row: dict) -> dict:
     """The release's stock connector against the reference with its preset, both in the
     release's own scheduler (``kvoffload.vllm.rows --preset``): a connector-only comparison."""
-    inside = SimulatorRow(preset_row["metrics"], preset_row["error"], preset_row["first_admission"])
+    inside = SimulatorRow(preset_row["metrics"], preset_row["error"], preset_row["first_admission"],
+                          preset_row.get("steps") or {})
     row = compare(release_row, inside)
     return {key: row[key] for key in ("agreeing", "requests", "agree", "differing_metrics", "first_differences",
-                                      "totals")}
+                                      "totals", *(f"{kind}_{what}" for kind in STEP_KINDS
+                                                  for what in ("agreeing", "requests"))) if key in row}
 
 
 def known_preset(release: str) -> str | None:
@@ -169,10 +210,11 @@ def _pair(name: str, real, simulated) -> str:
 
 
 def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> str:
-    """The README's release table (the rows of ``workloads``, default all): each release's row
+    """docs/releases.md's release table (the rows of ``workloads``, default all): each release's row
     beside its preset's ("x (=)" where they agree, else "release / preset"; "-" where an engine
     cannot measure the metric)."""
-    lines = ["| release | preset | workload | sched | requests agreeing | GPU-hit tokens | connector-hit tokens "
+    lines = ["| release | preset | workload | sched | requests agreeing: hits · admitted at · finished at "
+             "| GPU-hit tokens | connector-hit tokens "
              "| poisoned | crashes | leaked | last-block hit | offload hit | submit p50 / p99 | µs/step "
              "| the preset in the release's scheduler |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -186,7 +228,7 @@ def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> 
                 continue
             real, sim = row["release"]["metrics"], row["preset"]["metrics"]
             totals = row["totals"]
-            cells = [f"{row['agreeing']}/{row['requests']}",
+            cells = [agreement(row),
                      _pair("requests", totals["release"]["gpu_hit_tokens"], totals["preset"]["gpu_hit_tokens"]),
                      _pair("requests", totals["release"]["connector_hit_tokens"],
                            totals["preset"]["connector_hit_tokens"])]
@@ -202,6 +244,15 @@ def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> 
     return "\n".join(lines)
 
 
+def agreement(row: dict) -> str:
+    """Requests agreeing on first-admission hits, on the step of that admission, on the step they
+    finished, each out of the requests either side admitted (finished): "53/53 · 27/53 · 53/53";
+    "-" for a step a row did not record."""
+    steps = [f"{row[f'{kind}_agreeing']}/{row[f'{kind}_requests']}" if f"{kind}_agreeing" in row else "-"
+             for kind in STEP_KINDS]
+    return " · ".join([f"{row['agreeing']}/{row['requests']}", *steps])
+
+
 def _second_pass(row: dict) -> str:
     """"=" where the preset, replayed in the release's own scheduler, admits every request and
     measures every metric as the release's stock connector (the schedulers differ, not the
@@ -212,7 +263,7 @@ def _second_pass(row: dict) -> str:
     if inside["agree"] and not inside.get("differing_metrics"):
         return "= (all " + str(inside["requests"]) + ")"
     differs = ", ".join(inside.get("differing_metrics") or ())
-    return f"{inside['agreeing']}/{inside['requests']}" + (f"; {differs} differ" if differs else "")
+    return agreement(inside) + (f"; {differs} differ" if differs else "")
 
 
 def format_us(value) -> str:

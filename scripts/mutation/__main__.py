@@ -47,8 +47,10 @@ def copy_tree(target: Path) -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        # results/ are outputs, except the release table README's table is generated from (test_facts)
-        if source.is_file() and (not name.startswith("results/") or name.startswith("results/releases/")):
+        # results/ are outputs, except the release table and the bench results the docs' generated
+        # tables are made from (tests/core/test_facts.py reads them)
+        if source.is_file() and (not name.startswith("results/") or name.startswith(("results/releases/",
+                                                                                        "results/runs/bench-"))):
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
 

@@ -18,8 +18,8 @@ def copy_tree(target: Path, only: str = "") -> None:
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for name in filter(None, files):
         source = ROOT / name
-        # results/ travel too: the gate's baseline, and the files the main suite's tests read (README's
-        # tables, asv and run results); this tool's own results do not
+        # results/ travel too: the gate's baseline, and the files the main suite's tests read (the docs'
+        # generated tables, asv and run results); this tool's own results do not
         wanted = not name.startswith("results/mutation/")
         if source.is_file() and wanted and name.startswith(only):
             (target / name).parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""``kvoffload bench --engine vllm-scheduler`` as the README's vLLM section runs it, then
+"""``kvoffload bench --engine vllm-scheduler`` as docs/vllm.md runs it, then
 ``kvoffload report`` on what it wrote. The bench replays on two engines; report puts one engine's
 runs of a workload on an axis and refuses two, so the bench writes out/runs-ENGINE/, each engine's
 runs in a folder of their own, and the simulator's out/runs/ stays as it was. The vLLM replays
@@ -42,6 +42,9 @@ def test_each_engine_benches_into_its_own_folder_by_default():
         "vllm-scheduler": "out/runs-vllm-scheduler", "vllm": "out/runs-vllm"}
 
 
+WORKLOADS = ("aborts-and-resets", "multi-turn", "shared-prefix", "spec-decode")  # kvoffload bench's, sorted
+
+
 def test_the_vllm_scheduler_bench_leaves_a_folder_report_draws(stand_in_engines, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out" / "runs").mkdir(parents=True)  # the simulator's bench was here first
@@ -51,13 +54,11 @@ def test_the_vllm_scheduler_bench_leaves_a_folder_report_draws(stand_in_engines,
     root = tmp_path / "out" / "runs-vllm-scheduler"
     assert sorted(p.name for p in root.iterdir()) == ["bench-summary-vllm.json", "simulator", "vllm-scheduler"]
     assert sorted(p.name for p in (root / "vllm-scheduler").iterdir()) == [
-        f"bench-{w}-small-{c}-vllm-scheduler.json" for w in ("multi-turn", "shared-prefix", "spec-decode")
-        for c in ("reference", "vllm-stock")]
-    assert sorted(p.name for p in (root / "simulator").iterdir()) == [
-        f"bench-{w}-small-reference.json" for w in ("multi-turn", "shared-prefix", "spec-decode")]
+        f"bench-{w}-small-{c}-vllm-scheduler.json" for w in WORKLOADS for c in ("reference", "vllm-stock")]
+    assert sorted(p.name for p in (root / "simulator").iterdir()) == [f"bench-{w}-small-reference.json" for w in WORKLOADS]
     assert [p.name for p in (tmp_path / "out" / "runs").iterdir()] == ["bench-summary.json"]
 
-    # the command the bench prints, as the README shows it, draws the charts
+    # the command the bench prints draws the charts
     hint = "kvoffload report --from out/runs-vllm-scheduler/vllm-scheduler --out out/runs-vllm-scheduler/charts"
     assert hint in printed
     assert main(hint.split()[1:]) == 0

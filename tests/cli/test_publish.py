@@ -62,7 +62,7 @@ def test_publish_releases_merges_into_the_committed_table_and_redraws(tmp_path):
     scratch = Path(calls[0].split()[3])
     assert not scratch.parent.exists()  # the scratch folder is gone
     assert "kvoffload report --from results --out results/charts" in calls
-    assert "python scripts/readme_tables.py" in calls  # the README's release tables follow the file
+    assert "python scripts/readme_tables.py" in calls  # docs/releases.md's release tables follow the file
     assert "release table updated from" in done.stdout
 
 
@@ -71,7 +71,7 @@ def test_publish_releases_leaves_the_committed_table_alone_when_the_run_fails(tm
     done = publish(folder, "--releases", "--release", "0.99.0")
     assert done.returncode == 2
     assert json.loads((folder / "results" / "releases" / "releases.json").read_text()) == {"rows": "committed"}
-    (call,) = (folder / "calls.log").read_text().splitlines()  # no charts, no README tables
+    (call,) = (folder / "calls.log").read_text().splitlines()  # no charts, no generated tables
     assert call.startswith("kvoffload releases --out ") and call.endswith(" --release 0.99.0")
     assert not Path(call.split()[3]).parent.exists()
 

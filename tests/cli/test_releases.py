@@ -88,18 +88,51 @@ def test_rows_agree_request_by_request_and_name_the_first_differences():
         release_row({"a": [16, 0], "b": [0, 32], "c": [8, 0], "d": [0, 0]}, metrics),
         {"metrics": {**metrics, "steps": 170}, "error": None, "first_admission": hits})
 
-    # The README's table: "x (=)" where the release agrees with its preset, else "release / preset"
+    # docs/releases.md's table: "x (=)" where the release agrees with its preset, else "release / preset"
     lines = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26",
                                              "rows": [differs, crashed, rate_only, same]}]}).splitlines()
-    assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")
-    assert lines[3].startswith("| 0.26.0 | vllm-0.26 | w | sync | 3/3 | 24 (=) | 40 (=) | 0 (=) | 1 / 0 |")
+    # rows recorded without steps: the step columns say so ("-")
+    assert lines[2].startswith("| 0.26.0 | vllm-0.26 | w | sync | 2/4 · - · - | 24 (=) | 32 / 40 | 0 (=) | 0 (=) |")
+    assert lines[3].startswith("| 0.26.0 | vllm-0.26 | w | sync | 3/3 · - · - | 24 (=) | 40 (=) | 0 (=) | 1 / 0 |")
     # the last column: the second pass (2 of 4 requests and the steps differ; never run; all equal; not needed)
-    assert [line.rsplit("|", 2)[1].strip() for line in lines[2:]] == ["2/4; steps differ", "not run", "= (all 3)", "-"]
+    assert [line.rsplit("|", 2)[1].strip() for line in lines[2:]] == ["2/4 · - · -; steps differ", "not run",
+                                                                     "= (all 3)", "-"]
     assert "| 0.305 / 0.308 |" in lines[4]
     # one table per workload size: the rows of the other workloads are left out
     other = releases_markdown({"releases": [{"release": "0.26.0", "preset": "vllm-0.26", "rows": [differs]}]},
                               ("multi-turn",))
     assert len(other.splitlines()) == 2
+
+
+def test_the_same_hits_at_another_step_is_no_agreement():
+    """Two engines can serve every request the same hits and still admit and finish them at other
+    steps: the row counts each (hits · admitted at · finished at), and such a row disagrees."""
+    hits = {"a": [16, 0], "b": [0, 32], "c": [8, 8]}
+    preset = SimulatorRow({"poisoned_loads": 0, "crashes": 0}, None, hits,
+                          {"a": [0, 9], "b": [3, 14], "c": [5, 20], "q": [None, 2]})
+    on_time = compare({**release_row(hits), "steps": {"a": [0, 9], "b": [3, 14], "c": [5, 20], "q": [None, 2]}},
+                      preset)
+    assert on_time["agree"] and (on_time["admitted_agreeing"], on_time["finished_agreeing"]) == (3, 4)
+    late = compare({**release_row(hits), "steps": {"a": [0, 9], "b": [4, 15], "c": [5, 21], "q": [None, 2]}}, preset)
+    assert late["agreeing"] == 3 and not late["agree"] and needs_second_pass(late)
+    assert (late["admitted_agreeing"], late["admitted_requests"]) == (2, 3)  # "q": aborted while queued
+    assert (late["finished_agreeing"], late["finished_requests"]) == (2, 4)
+    assert late["admitted_differences"] == [{"request": "b", "release": 4, "preset": 3}]
+    [line] = releases_markdown({"releases": [{"release": "0.29.0", "preset": "vllm-0.29",
+                                              "rows": [late]}]}).splitlines()[2:]
+    assert line.startswith("| 0.29.0 | vllm-0.29 | w | sync | 3/3 · 2/3 · 2/4 | 24 (=) |")
+
+
+def test_the_simulators_row_records_each_requests_steps():
+    """The simulator's side of a row: every admitted request's first admission step, every
+    request's finish step (an aborted one too), in the engine's step numbering."""
+    from kvoffload.releases import simulator_row
+
+    row = simulator_row("multi-turn-small", "async", None)
+    assert set(row.first_admission) <= set(row.steps)
+    assert all(row.steps[r][0] is not None for r in row.first_admission)
+    assert all(admitted is None or admitted <= finished for admitted, finished in row.steps.values())
+    assert max(finished for _, finished in row.steps.values()) < row.metrics["steps"]
 
 
 def test_a_release_without_its_venv_is_one_line_naming_the_setup_command(capsys, tmp_path, monkeypatch):

@@ -29,19 +29,24 @@ def test_every_figure_of_the_published_results_fits_the_page(tmp_path):
 
 
 def wide_runs(count: int, span: int) -> list[RunFile]:
-    """``count`` connectors of one workload, stores delayed from 0 to ``span`` steps."""
-    spread = {steps: 1 + steps % 7 for steps in range(span + 1)}
+    """``count`` connectors of one workload, stores delayed from 0 to ``span`` steps, each run's
+    delays spread a little differently (so each is its own line against the reference)."""
     labels = ["reference"] + [f"reference -fix_{i:02d}" for i in range(count // 2)] + \
              [f"vllm-0.{i}" for i in range(count - 1 - count // 2)]
     return [RunFile(path=Path(f"runs/w-{i:02d}.json"), workload="wide", label=label, preset=None, disabled=(),
                     config={"cpu_chunks": 64}, commit="abc",
-                    metrics={"last_block_hit_rate": 0.9, "last_chunk_offloaded_rate": 1.0, "offload_hit_rate": 0.5,
+                    metrics={"last_block_hit_rate": 0.9 - 0.002 * i, "last_chunk_offloaded_rate": 1.0,
+                             "offload_hit_rate": 0.5 + 0.002 * i,
                              "poisoned_loads": i % 3, "lifecycle_violations": 0,
-                             "store_submit_delay_steps_p50": 3, "store_submit_delay_steps_p99": span,
+                             "store_submit_delay_steps_p50": 3, "store_submit_delay_steps_p99": span + i,
                              "store_visible_delay_steps_p50": 4, "store_visible_delay_steps_p99": span},
-                    crashed=False, distributions={"store_submit_delay_steps": spread,
-                                                  "store_visible_delay_steps": spread})
+                    crashed=False, distributions={"store_submit_delay_steps": spread(i, span),
+                                                  "store_visible_delay_steps": spread(i, span)})
             for i, label in enumerate(labels)]
+
+
+def spread(run: int, span: int) -> dict[int, int]:
+    return {steps: 1 + (steps + run) % 7 for steps in range(span + 1)}
 
 
 @pytest.mark.parametrize("keep_distributions", [True, False])
@@ -53,11 +58,13 @@ def test_a_workload_with_many_runs_and_a_wide_delay_span_grows_down_not_across(t
     runs = wide_runs(40, 120)
     if not keep_distributions:
         runs = [dataclasses.replace(run, distributions={}) for run in runs]
-    charts = draw_ablation(runs, tmp_path) + draw_store_delays(runs, tmp_path)
-    for chart in charts:
-        width, height = png_size((tmp_path / chart.filename).read_bytes())
-        assert width <= MAX_FIGURE_WIDTH_PX, (chart.filename, width)
-        assert height > width  # the runs went into rows
+    [ablation] = draw_ablation(runs, tmp_path)
+    width, height = png_size((tmp_path / ablation.filename).read_bytes())
+    assert width <= MAX_FIGURE_WIDTH_PX and height > width  # the runs went into rows
+    [delays] = draw_store_delays(runs, tmp_path)
+    width, height = png_size((tmp_path / delays.filename).read_bytes())
+    [few] = draw_store_delays(runs[:3], tmp_path / "few")
+    assert width <= MAX_FIGURE_WIDTH_PX and height > png_size((tmp_path / "few" / few.filename).read_bytes())[1]
 
 
 def test_a_figure_over_the_bound_is_refused_not_shrunk(tmp_path):

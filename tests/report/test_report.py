@@ -71,6 +71,7 @@ def test_the_report_draws_every_section_from_run_results(run_dir, tmp_path):
     for name in pngs:
         assert f"src='{name}'" in page and f"({name})" in markdown
     assert "asv history: no asv results" in page  # the missing section says why
+    assert "kvoffload report --from results" in page  # and where the published history is
     assert "reference -last_block_at_finish" in page  # the run table lists the fix-off run
 
 
@@ -212,10 +213,11 @@ def test_store_delays_draw_distributions_where_kept_else_percentiles(run_dir, tm
 
     runs, _ = find_runs(run_dir)
     [full] = draw_store_delays(runs, tmp_path)
-    assert full.caption.startswith("the whole distribution")
+    assert full.caption.startswith("per delay d, the share of a run's stored chunks stored within d steps, "
+                                   "minus the reference's")
     without = [dataclasses.replace(run, distributions={}) for run in runs]
     [bars] = draw_store_delays(without, tmp_path)
-    assert bars.caption.startswith("p50 and p99")
+    assert bars.caption.startswith("each run's p50 and p99 minus the reference's")
     assert [row[2] for row in full.provenance[1:]] == [str(run.path) for run in ablation_set(runs)]
 
 
@@ -236,15 +238,26 @@ def test_the_ablation_shows_the_reference_each_fix_off_and_the_presets(run_dir):
     assert ablation_colors("offload_hit_rate", [poisoned])[0] != WARNING_COLOR  # a rate is never a warning
 
 
-def test_a_one_point_delay_distribution_is_a_full_bar_and_equal_runs_get_a_row_each(run_dir):
-    from kvoffload.report.delays import _delay_distributions
+def test_store_delays_are_drawn_against_the_reference_and_never_ranked(run_dir, tmp_path):
+    """A run with the reference's distribution is named, not drawn; one that stores a chunk a step
+    earlier is a line above 0 by its share, named with its poisoned loads; a crashed run is left out."""
+    from kvoffload.report.delays import draw_store_delays, points_against
 
     runs, _ = find_runs(run_dir)
-    one_point = {"store_submit_delay_steps": {1: 40}, "store_visible_delay_steps": {2: 40}}
-    a, b = (dataclasses.replace(run, distributions=one_point) for run in runs[:2])
-    fig = _delay_distributions([a, b])
-    assert len(fig.axes) == 4  # a row per run, a column per metric
-    for ax in fig.axes:
-        assert [p.get_height() for p in ax.patches] == [1.0]  # all of the run at its one delay
-    # the same distribution twice: two rows with one full bar each, not one bar over the other
-    assert [ax.get_ylabel().splitlines()[0] for ax in fig.axes[::2]] == [a.label, b.label]
+    reference = next(run for run in runs if run.label == "reference" and run.workload == "multi-turn-small")
+    base = {"store_submit_delay_steps": {1: 30, 2: 10}, "store_visible_delay_steps": {2: 30, 3: 10}}
+    early = {"store_submit_delay_steps": {0: 4, 1: 30, 2: 6}, "store_visible_delay_steps": {1: 4, 2: 30, 3: 6}}
+    ref = dataclasses.replace(reference, distributions=base)
+    same = dataclasses.replace(ref, label="reference -aborted_watermark", path=Path("same.json"))
+    watermark_off = dataclasses.replace(ref, label="reference -final_token_watermark", path=Path("off.json"),
+                                        distributions=early, metrics={**ref.metrics, "poisoned_loads": 4})
+    crashed = dataclasses.replace(ref, label="vllm-0.26", path=Path("crash.json"), crashed=True,
+                                  distributions={"store_submit_delay_steps": {}, "store_visible_delay_steps": {}})
+    assert points_against(watermark_off, ref, "store_submit_delay_steps", [0, 1, 2]) == pytest.approx([10.0, 10.0, 0.0])
+    [chart] = draw_store_delays([ref, same, watermark_off, crashed], tmp_path)
+    image = tmp_path / chart.filename
+    assert image.read_bytes().startswith(PNG_MAGIC)
+    assert "same delays as the reference: reference -aborted_watermark" in chart.caption
+    assert "crashed, not drawn: vllm-0.26" in chart.caption
+    assert "Earlier is not better" in chart.caption and "better" not in chart.caption.replace("Earlier is not better", "")
+    assert chart.section == "What does each fix buy?"

@@ -31,12 +31,13 @@ def compare(name: str, scheduling: str, settings: dict[str, str], stock: bool = 
     """Request ids, the simulator's side, vLLM's side (the reference connector), and, with
     ``stock``, vLLM's own connector's first admissions per request."""
     workload = load_workload(name, {"scheduling": scheduling, **settings})
-    simulator = Engine(workload.requests, workload.engine, Fixes())
+    simulator = Engine(workload.requests, workload.engine, Fixes(), reset_cache_at=workload.reset_cache_at)
     sim = observe_core(simulator.connector)
     sim_steps = record_schedules(simulator.scheduler, lambda out: out[0].step,
                                  lambda out: out[0].num_scheduled_tokens, simulator.pool, lambda pool: pool.num_free)
     sim_side = side(simulator.run(), sim, sim_steps, workload)
-    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"))
+    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("reference"),
+                                 reset_cache_at=workload.reset_cache_at)
     real = observe_core(replay.scheduler.connector.core)
     vllm_steps = record_schedules(replay.scheduler, lambda out: replay._step, lambda out: out.num_scheduled_tokens,
                                   replay.scheduler.kv_cache_manager.block_pool,
@@ -44,7 +45,8 @@ def compare(name: str, scheduling: str, settings: dict[str, str], stock: bool = 
     vllm_side = side(replay.run(), real, vllm_steps, workload)
     stock_admissions = None
     if stock:
-        stock_replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("stock"))
+        stock_replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad("stock"),
+                                           reset_cache_at=workload.reset_cache_at)
         stock_record = stock_replay.run()
         assert stock_record.crash is None, stock_record.crash
         stock_admissions = dict(stock_replay.ledger.first_admission)

@@ -19,6 +19,8 @@ agree with both on every request's admission.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import os
 import subprocess
@@ -60,6 +62,8 @@ AGREEING_TODAY = {
     # vLLM's scheduler_reserve_full_isl off (admit on the first chunk's blocks), GPU blocks scarce.
     ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "sync"): 51,  # of 51
     ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "async"): 51,
+    # queued and mid-prefill aborts, preemption with stores in flight, two cache resets
+    ("aborts-and-resets-small", "async"): 43,  # of 43
 }
 AGREEING_TODAY_FULL = {
     ("spec-decode", "sync"): 388,  # of 388
@@ -68,13 +72,18 @@ AGREEING_TODAY_FULL = {
 # The repro's connector-hit tokens, the same for the simulator, our connector and vLLM's (seed 0).
 FINISH_ORDER_REPRO = {("multi-turn-small cpu_chunks=32", "sync"): 640,
                       ("multi-turn-small cpu_chunks=32", "async"): 624}
+# Chunks whose store submission delay the two observers count differently
+# (docs/fidelity.md, "Store delays on aborts-and-resets"): aborts-and-resets-small's 43 chunks
+# are 1 step in the simulator and 32 or 44 steps on vLLM's side; every request and step agrees.
+DELAYS_APART = {("aborts-and-resets-small", "async"): 43}
 FULL = os.environ.get("KVOFFLOAD_DIFFERENTIAL_FULL") == "1"
 _table: list[str] = []
 # Left out of CI to keep its vLLM stage within its time (scripts/vllm-on-demand runs them): the
 # finish-order repro keeps its sync row in CI.
 ON_DEMAND_ROWS = {("multi-turn-small cpu_chunks=32", "async"),
                   ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "sync"),
-                  ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "async")}
+                  ("spec-decode-small gpu_blocks=24 reserve_full_isl=false", "async"),
+                  ("aborts-and-resets-small", "async")}
 ROWS = [pytest.param(name, scheduling, marks=(pytest.mark.vllm_on_demand,) if (name, scheduling) in ON_DEMAND_ROWS
                      else () if (name, scheduling) in AGREEING_TODAY else pytest.mark.skipif(
     not FULL, reason="full workloads: KVOFFLOAD_DIFFERENTIAL_FULL=1")) for name, scheduling in
@@ -89,8 +98,10 @@ def test_simulator_and_vllm_scheduler_agree_per_request(name, scheduling):
                                         repro is not None)
     assert sim.crash is None and real.crash is None
     # Store submission delays, measured at each engine's own point (observer / transfer handler):
-    # the same distribution, chunk for chunk.
-    assert sim.store_submit_delays == real.store_submit_delays
+    # the same distribution, chunk for chunk; where the two observers are known to date some
+    # chunks differently (docs/fidelity.md), exactly that many chunks differ.
+    apart = sum((Counter(sim.store_submit_delays) - Counter(real.store_submit_delays)).values())
+    assert apart == DELAYS_APART.get((name, scheduling), 0), (apart, sim.store_submit_delays[-5:])
 
     agreeing = sum(sim.per_request[r] == real.per_request[r] for r in ids)
     _table.append(table_row(name, scheduling, sim.totals, real.totals, agreeing, len(ids)))

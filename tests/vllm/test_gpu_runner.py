@@ -1,6 +1,6 @@
 """``scripts/gpu-runner`` on a machine without a GPU: it records the machine and runs the CPU
-transfer benchmark, skips what needs CUDA, says so in one line and exits 0 (README, "GPU
-runners"). About 30 s idle (the transfer benchmark), 90 s at load 17."""
+transfer benchmark, skips what needs CUDA, says so in one line and exits 0 (docs/vllm.md,
+"GPU runners"). About 30 s idle (the transfer benchmark), 90 s at load 17."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Three engine starts in one subprocess (offload off, the reference, the reference with
 final_token_watermark off) on the 12-request boundary-turns workload: 44 s of CPU, 2.7 minutes
-of wall time on 2 cores at load 15 and 5.4 at load 28 (README, "vLLM in the loop"), so it runs in
-CI's vLLM stage; KVOFFLOAD_SKIP_REAL_MODEL=1 skips it.
+of wall time on 2 cores at load 15 and 5.4 at load 28 (docs/vllm.md, "A real model: --engine vllm"),
+so it runs in CI's vLLM stage; KVOFFLOAD_SKIP_REAL_MODEL=1 skips it.
 """
 
 from __future__ import annotations

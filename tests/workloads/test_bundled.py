@@ -22,7 +22,7 @@ from kvoffload.workloads import (
 from kvoffload.workloads.registry import estimated_arrival_steps
 from kvoffload.workloads.spec_decode import ends_on_chunk_after_rejection
 
-BUNDLED = ("shared-prefix", "multi-turn", "spec-decode")
+BUNDLED = ("shared-prefix", "multi-turn", "spec-decode", "aborts-and-resets")
 SMALL = tuple(f"{name}-small" for name in BUNDLED)
 
 

@@ -98,7 +98,7 @@ class TestDefinitionFiles:
         assert error_of(str(tmp_path / "none.toml")) == (
             f"{tmp_path / 'none.toml'}: no such file (expected a workload definition .toml)")
         message = error_of("multi-tern")
-        assert message.startswith("multi-tern: unknown workload (expected a bundled name (multi-turn, ")
+        assert message.startswith("multi-tern: unknown workload (expected a bundled name (aborts-and-resets, ")
         assert "mooncake:FILE or sharegpt:FILE" in message
 
 

@@ -1,4 +1,5 @@
-"""``kvoffload bench``: the bundled workloads x the reference connector and the vLLM presets."""
+"""``kvoffload bench``: the bundled workloads x the reference connector, each fix flag off in
+turn, and the vLLM presets."""
 
 from __future__ import annotations
 
@@ -10,33 +11,45 @@ from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
 from kvoffload.cli.bench_folders import default_out_dir, engine_folder, report_hint
 from kvoffload.cli.run import replay, slug
-from kvoffload.core.fixes import PRESETS
+from kvoffload.core.fixes import FIX_NAMES, PRESETS
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import format_value
 from kvoffload.results import write_atomic
 from kvoffload.choice import ConnectorChoice
 from kvoffload.workloads import load_workload
 
-BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
-# The fixes of the founding bug reports (vLLM PR #48596's scheduler and worker halves, PR #54288,
-# PR #49671), each switched off in turn: on the bundled workloads each one moves a figure of the
-# table (README, "Reading the results": which one where).
-SEED_FIXES = ("last_block_at_finish", "flush_submits_before_wait", "final_token_watermark",
-              "deferred_finish_signal")
-# (preset, disabled fixes): the reference, the reference without each seed fix, every preset in release order
-BENCH_CONNECTORS = ((None, ()), *((None, (fix,)) for fix in SEED_FIXES), *((preset, ()) for preset in PRESETS))
+BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode", "aborts-and-resets")
+# --engine vllm (a real model): the workloads without scripted cache resets, which that engine
+# does not replay (vllm/llm_engine.py refuses them)
+MODEL_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
+# A fix whose bug another fix hides: switched off alone it moves nothing, because the other one
+# already stops every path to the bug. storable_within_allocated clamps a store to the request's
+# allocated blocks and known keys, but with aborted_watermark on no watermark passes them (an
+# aborted request stores up to its computed tokens, which are allocated and keyed; everyone else up
+# to tokens they hold); vLLM shipped both fixes in 0.27 (#49146, #49285), so it is ablated as
+# 0.25 and 0.26 ran: on top of aborted_watermark off (docs/fixes.md, "Each fix moves a figure").
+HIDDEN_BY = {"storable_within_allocated": "aborted_watermark"}
+
+
+def ablation(fix: str) -> tuple[str, ...]:
+    """The fixes switched off to show ``fix``: itself, after the fix that hides it, if any."""
+    return (HIDDEN_BY[fix], fix) if fix in HIDDEN_BY else (fix,)
+
+
+# (preset, disabled fixes): the reference, the reference without each fix flag in turn (every flag
+# moves a figure of the table: docs/fixes.md, "Each fix moves a figure"), every preset in release order
+BENCH_CONNECTORS = ((None, ()), *((None, ablation(fix)) for fix in FIX_NAMES), *((preset, ()) for preset in PRESETS))
 # The metrics of the one-screen comparison, in order, with their column headings.
 TABLE_METRICS = (
     "last_chunk_offloaded_rate", "last_block_hit_rate", "offload_hit_rate", "gpu_hit_rate", "poisoned_loads",
-    "lifecycle_violations",
-    "leaked_requests", "crashes", "livelock", "invariant_violations", "store_submit_delay_steps_p50", "store_visible_delay_steps_p99",
-    "tokens_per_s_modeled", "connector_us_per_step",
+    "lifecycle_violations", "leaked_requests", "stuck_requests", "crashes", "livelock", "invariant_violations",
+    "store_submit_delay_steps_p50", "store_visible_delay_steps_p99", "tokens_per_s_modeled", "connector_us_per_step",
 )
 SHORT_NAMES = {
     "last_chunk_offloaded_rate": "last-chunk", "last_block_hit_rate": "last-blk", "offload_hit_rate": "offload",
     "gpu_hit_rate": "gpu",
     "poisoned_loads": "poison", "lifecycle_violations": "lifecyc", "leaked_requests": "leaked",
-    "crashes": "crash", "livelock": "livelock", "invariant_violations": "invar",
+    "stuck_requests": "stuck", "crashes": "crash", "livelock": "livelock", "invariant_violations": "invar",
     "store_submit_delay_steps_p50": "submit50", "store_visible_delay_steps_p99": "visib99",
     "tokens_per_s_modeled": "tok/s(mod)", "connector_us_per_step": "us/step",
 }
@@ -44,7 +57,7 @@ SHORT_NAMES = {
 
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="the main job: bundled workloads x the reference, the reference without "
-                                         "each seed fix, and the vLLM presets")
+                                         "each fix flag, and the vLLM presets")
     bench.add_argument("--small", action=OnceTrue, help="the -small workloads (seconds, for a smoke run)")
     bench.add_argument("--out-dir", action=Once, type=Path, metavar="DIR",
                        help=f"folder for one result file per run and the summary (default {default_out_dir(SIMULATOR)}/"
@@ -59,9 +72,9 @@ def register(sub) -> None:
                             "output oracle (both need the vllm extra)")
     bench.add_argument("--model", action=Once, type=Path, metavar="PATH",
                        help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
-    bench.add_argument("--workload", action=Once, choices=BENCH_WORKLOADS, metavar="NAME",
+    bench.add_argument("--workload", action=Once, choices=MODEL_WORKLOADS, metavar="NAME",
                        help="--engine vllm: this workload's -small version only (one of "
-                            f"{', '.join(BENCH_WORKLOADS)}; default all three)")
+                            f"{', '.join(MODEL_WORKLOADS)}; default all three)")
     bench.set_defaults(handler=_cmd_bench)
 
 
@@ -78,7 +91,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError("--model needs --engine vllm")
     if args.workload is not None and args.engine != VLLM:
         raise UsageError("--workload needs --engine vllm")
-    names = BENCH_WORKLOADS if args.workload is None else (args.workload,)
+    names = (args.workload,) if args.workload is not None else MODEL_WORKLOADS if args.engine == VLLM else BENCH_WORKLOADS
     workloads = [load_workload(name + suffix) for name in names]
     if args.engine == VLLM:
         from kvoffload.cli.bench_model import cmd_model_bench

@@ -5,7 +5,7 @@ off makes the reference take the old path on purpose, so the historical bug repl
 deterministically. A *release rule* is behaviour that changed between releases without being a
 bug (how the CPU tier ranks recency, whether the store cursor may move backwards). A *preset*
 names a vLLM release: the flags it lacked and the rules it followed. The reference follows
-vLLM 0.32. docs/design.md explains every flag and rule; the README's "Fix flags" table is
+vLLM 0.32. docs/design.md explains every flag and rule; docs/fixes.md's fix-flag table is
 generated from this module (``python scripts/readme_tables.py``).
 """
 
@@ -93,7 +93,7 @@ FIX_NAMES: tuple[str, ...] = tuple(info.name for info in FIX_INFO)
 
 
 class Recency(enum.Enum):
-    """How the CPU tier's LRU learns that a chunk was used (docs/design.md, "Recency")."""
+    """How the CPU tier's LRU learns that a chunk was used (docs/design.md, "Recency of the CPU tier")."""
 
     # vLLM <= 0.30: the connector's _touch moves every key of the request to the most-recent end
     # after each lookup (deferred and zero-hit ones included) and after each store that
@@ -196,7 +196,7 @@ def presets_lacking(fix_name: str) -> tuple[str, ...]:
 
 
 def fix_flags_markdown() -> str:
-    """The README's "Fix flags" table, generated from FIX_INFO and PRESETS."""
+    """The fix-flag table of docs/fixes.md, generated from FIX_INFO and PRESETS."""
     lines = ["| flag | rule | reproduces when off | first fixed in | off in |", "|---|---|---|---|---|"]
     for info in FIX_INFO:
         lacking = ", ".join(presets_lacking(info.name)) or "(no preset)"

@@ -10,8 +10,8 @@ Calls come in prepare/complete pairs: ``prepare_store`` -> ``complete_store(succ
 ``prepare_load`` -> ``complete_load``. Eviction only ever takes ready chunks, least recently used
 first, and never a chunk the same ``prepare_store`` call asked for.
 
-Recency follows the release (``Recency``, docs/design.md "Recency"). ``_lru`` is one ordered
-dict, oldest first, whose membership is what differs:
+Recency follows the release (``Recency``, docs/design.md, "Recency of the CPU tier"). ``_lru``
+is one ordered dict, oldest first, whose membership is what differs:
 
     TOUCH_ON_ACCESS (vLLM <= 0.30)  ready chunks only; a chunk enters at the newest end when its
                                     store or its last load completes; ``touch`` moves keys

@@ -1,6 +1,6 @@
 """The reference connector's scheduler side: what to load, what to store, and when to let go.
 
-The engine calls, per step and in vLLM's order (docs/design.md, "One engine step"):
+The engine calls, per step and in vLLM's order (docs/engine.md, "One engine step"):
 
     on_new_request(req)                          when a request is added
     get_num_new_matched_tokens(req, n_local)     admitting a waiting request -> (hit tokens | None, async)

@@ -15,8 +15,9 @@ Draws (one function per kind; ``figures`` holds what they share):
     preset, one panel per metric of ``ablation.ABLATION_METRICS`` that is not n/a (or 0 where it
     must be 0) for every run;
 (b) hit rate against CPU capacity, from runs that differ only in ``config.cpu_chunks``;
-(c) store submission / visibility delays per run: the whole distributions where the result
-    files keep them (``distributions``), else their p50 and p99;
+(c) store submission / visibility delays per run, as its difference from the reference's (module
+    ``delays``): the whole distributions where the result files keep them (``distributions``),
+    else their p50 and p99;
 (d) each asv benchmark across main's commits, every machine in the same panel (module
     ``history``), with the intended changes of ``changes.csv`` marked.
 
@@ -119,8 +120,8 @@ def draw_report(source: Path, out: Path) -> Path:
         page.charts += draw_asv_history(points, units, out, param_names, main_line, changes)
         page.moves = latest_moves(points, units, main_line, changes)
     else:
-        page.notes.append(f"asv history: no asv results under {source / 'asv'} "
-                          "(asv run --set-commit-hash ... writes them)")
+        page.notes.append(f"asv history: no asv results under {source / 'asv'}; the published history of main "
+                          "is drawn by kvoffload report --from results (benchmarks/record adds to it)")
 
     releases, missing = draw_releases(source, out)  # results/releases/releases.json (kvoffload releases)
     page.charts += releases

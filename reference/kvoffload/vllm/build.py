@@ -9,10 +9,12 @@ the connector built for both roles by vLLM's ``KVConnectorFactory``.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
@@ -48,6 +50,10 @@ DEFAULT_LAYOUT = "LBHNC"
 HOST_PAGE = 4096
 
 STOCK_CLASS = "OffloadingConnector"
+# tiny_llama/config.json's max_position_embeddings. vLLM's ModelConfig refuses a longer
+# max_model_len; the fake model computes no positions, so a workload of longer requests (the
+# Mooncake slice's 121k-token prompts) gets a model whose context is raised to fit it.
+TINY_CONTEXT = 65536
 
 
 @dataclass(frozen=True)
@@ -109,13 +115,20 @@ def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, m
     except (ImportError, AttributeError) as error:
         raise ConfigError(f"cannot load connector {transfer_config.kv_connector!r} from "
                           f"{transfer_config.kv_connector_module_path or 'vLLM'}: {error}") from None
+    with vllm_refusals_in_one_line():
+        return _vllm_config(engine, transfer_config, max_model_len, connector_class)
+
+
+def _vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int,
+                 connector_class) -> VllmConfig:
     scheduler_config = SchedulerConfig(
         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
         max_model_len=max_model_len,
         enable_chunked_prefill=True, is_encoder_decoder=False,
         scheduler_reserve_full_isl=engine.reserve_full_isl)
+    context = {"max_position_embeddings": max_model_len} if max_model_len > TINY_CONTEXT else {}
     model_config = ModelConfig(model=str(TINY_MODEL_DIR), dtype="bfloat16", seed=engine.seed,
-                               skip_tokenizer_init=True, max_model_len=max_model_len)
+                               skip_tokenizer_init=True, max_model_len=max_model_len, hf_overrides=context)
     speculative = None
     if engine.spec_tokens:
         # n-gram drafting needs no draft model, and the harness supplies the drafts itself. vLLM
@@ -134,6 +147,26 @@ def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, m
     config.cache_config.num_gpu_blocks_override = engine.gpu_blocks
     use_kv_cache_layout(config, connector_class.get_required_kvcache_layout(config) or DEFAULT_LAYOUT)
     return config
+
+
+@contextmanager
+def vllm_refusals_in_one_line():
+    """A configuration vLLM's config classes refuse (pydantic's multi-line ValidationError, or a
+    ValueError of their checks) becomes a ConfigError of one line: the class and vLLM's reason."""
+    try:
+        yield
+    except ValidationError as error:
+        first = error.errors()[0]
+        reason = str(first.get("msg", error)).removeprefix("Value error, ")
+        raise ConfigError(f"vLLM's {error.title} refuses this replay's settings: {_first_sentence(reason)}") from None
+    except ValueError as error:
+        raise ConfigError(f"vLLM refuses this replay's settings: {_first_sentence(str(error))}") from None
+
+
+def _first_sentence(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else "(no reason given)"
+    end = line.find(". ")
+    return line if end < 0 else line[:end + 1]
 
 
 def build_kv_cache_config(config: VllmConfig, engine: EngineConfig):

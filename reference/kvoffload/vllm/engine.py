@@ -26,14 +26,16 @@ class VllmSchedulerEngine:
         # trace: the jobs live inside each connector; this engine records none (absent, not empty)
         record, self.unmeasured = call_pinned(replay_unpinned, workload.requests, workload.engine,
                                               (choice.source, choice.preset, choice.disabled), max_steps,
-                                              on_step=on_step)
+                                              workload.reset_cache_at, on_step=on_step)
         return record  # this instance serves one replay (engines.engine_named)
 
 
-def replay_unpinned(requests, engine, load, max_steps, *, on_step=None) -> tuple[RunRecord, tuple[str, ...]]:
+def replay_unpinned(requests, engine, load, max_steps, reset_cache_at=(), *,
+                    on_step=None) -> tuple[RunRecord, tuple[str, ...]]:
     """One replay in this process, whatever its hash seed; the record and what it left unmeasured."""
     from kvoffload.vllm.build import ConnectorLoad
     from kvoffload.vllm.replay import VllmSchedulerReplay
 
-    replay = VllmSchedulerReplay(requests, engine, ConnectorLoad(*load), on_step=on_step, max_steps=max_steps)
+    replay = VllmSchedulerReplay(requests, engine, ConnectorLoad(*load), on_step=on_step, max_steps=max_steps,
+                                 reset_cache_at=reset_cache_at)
     return replay.run(), replay.unmeasured()

@@ -342,6 +342,9 @@ class VllmEngine:
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         if trace:
             raise ConfigError("--trace needs the simulator: the vllm engine does not record jobs")
+        if workload.reset_cache_at:
+            raise ConfigError(f"{workload.name}: [resets] needs --engine simulator or vllm-scheduler: the vllm "
+                              "engine does not reset the cache between its iterations")
         key = (workload.name, workload.seed, str(workload.source))
         want_baseline = choice.source != OFF and self.oracle and key not in self.baselines
         run, baseline = call_pinned(replay_pinned, workload.requests, workload.engine,

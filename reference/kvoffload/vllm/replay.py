@@ -8,7 +8,7 @@ oracle's fingerprints and samples the workload's scripted tokens.
 
 Step order, as ``EngineCore.step`` (sync) and ``step_with_batch_queue`` (async) run it::
 
-    arrivals (add_request), scripted aborts (finish_requests), schedule()
+    arrivals (add_request), scripted aborts (finish_requests), scripted resets, schedule()
     execute: worker connector calls around the fingerprint writes (model.py)
     sync:  update_from_output(this step), then the drafts of the next step
     async: update_from_output(the previous step)
@@ -69,8 +69,9 @@ UNMEASURED = ("fence_violations", *STORE_SUBMIT_DELAYS,
 
 class VllmSchedulerReplay:
     def __init__(self, requests, engine: EngineConfig, load: ConnectorLoad, *, transfer: str = "stepped",
-                 on_step=None, max_steps: int | None = None):
+                 on_step=None, max_steps: int | None = None, reset_cache_at=()):
         self.engine = engine
+        self._reset_at = frozenset(reset_cache_at)  # a workload's [resets], as the simulator's
         self.load = load
         self.on_step = on_step
         self.max_steps = max_steps
@@ -158,6 +159,8 @@ class VllmSchedulerReplay:
                            and req_id not in self.scheduler.finished_recving_kv_req_ids)  # not seen landing
                 self.scheduler.finish_requests([req_id], RequestStatus.FINISHED_ABORTED)
                 self._on_finished(req_id, step, loading)
+        if step in self._reset_at:  # vLLM's API call between two steps, after the simulator's aborts
+            self.record.resets.append((step, self.scheduler.reset_prefix_cache(reset_connector=True)))
         scheduler_output = self.scheduler.schedule()
         self.record.preemptions += len(scheduler_output.preempted_req_ids or ())
         for req_id in scheduler_output.preempted_req_ids or ():

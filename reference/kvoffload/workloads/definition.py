@@ -80,6 +80,9 @@ class Workload:
     engine: EngineConfig
     requests: Sequence[RequestSpec]
     source: str  # the bundled name, the path as given, or the trace spec
+    # ``[resets] at_steps``: vLLM's reset_prefix_cache(reset_connector=True) between two engine
+    # steps, at the start of each of these (docs/engine.md, "Resetting the caches").
+    reset_cache_at: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,10 @@ class _Definition:
     display: str  # the file named in messages
     base_dir: Path
     aborts: "AbortPlan | None" = None
+    reset_cache_at: tuple[int, ...] = ()
+
+
+MAX_RESETS = 10_000  # scripted cache resets per workload: a list, written by hand
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,7 @@ def load_workload(spec: str, overrides: dict[str, str] | None = None) -> Workloa
     engine = resolved
     check_fit(*longest(requests), engine, definition.display)
     return Workload(name=definition.name, description=definition.description, seed=seed, engine=engine,
-                    requests=requests, source=source)
+                    requests=requests, source=source, reset_cache_at=definition.reset_cache_at)
 
 
 def _settings_source(display: str, overrides: dict[str, str]) -> str:
@@ -243,9 +250,26 @@ def _read_definition(path: Path, *, display: str) -> _Definition:
         aborts = AbortPlan(share=abort_table.number("share", minimum=0.0, maximum=1.0),
                            after_steps=parse_distribution(abort_table, "after_steps", floor=0, ceiling=MAX_STEP))
         abort_table.finish()
+    reset_cache_at: tuple[int, ...] = ()
+    if top.has("resets"):
+        reset_table = top.table("resets")
+        reset_cache_at = _reset_steps(reset_table)
+        reset_table.finish()
     top.finish()
     return _Definition(name=name, description=description, seed=seed, engine=engine, generator=generator,
-                       display=display, base_dir=path.parent, aborts=aborts)
+                       display=display, base_dir=path.parent, aborts=aborts, reset_cache_at=reset_cache_at)
+
+
+def _reset_steps(table: TableReader) -> tuple[int, ...]:
+    """``[resets] at_steps = [...]``: increasing engine steps in [1, MAX_STEP]."""
+    steps = table.raw("at_steps")
+    expected = f"an increasing list of at most {MAX_RESETS:,} engine steps in [1, 2**53]"
+    if (not isinstance(steps, list) or not steps or len(steps) > MAX_RESETS
+            or any(type(step) is not int or not 1 <= step <= MAX_STEP for step in steps)
+            or any(later <= earlier for earlier, later in zip(steps, steps[1:]))):
+        table.fail("at_steps", expected, steps if not isinstance(steps, list) or len(steps) <= 8
+                   else f"a list of {len(steps):,} values")
+    return tuple(steps)
 
 
 def _toml_problem(exc: Exception) -> str:

@@ -1,4 +1,5 @@
-"""Sizing the two KV tiers from the workload itself (``docs/performance.md``, "Sizing").
+"""Sizing the two KV tiers from the workload itself
+(``docs/performance.md``, "Sizing the tiers from the workload").
 
 Three ``--set`` forms need the requests before they mean a number, so they are taken out of the
 overrides first and resolved once the workload is generated:

@@ -95,6 +95,7 @@ class _Shape:
     ends_on_chunk: bool
     req_id: str
     accept_counts: bool
+    abort_after_steps: int | None
 
 
 def describe_workload(workload: Workload) -> str:
@@ -103,7 +104,7 @@ def describe_workload(workload: Workload) -> str:
     engine = workload.engine
     requests = [_Shape(spec.num_prompt_tokens, spec.max_tokens, spec.parent, spec.think_steps, spec.arrival_step,
                        spec.stop, spec.conversation, ends_on_chunk_after_rejection(spec, engine), spec.req_id,
-                       bool(spec.accept_counts)) for spec in workload.requests]
+                       bool(spec.accept_counts), spec.abort_after_steps) for spec in workload.requests]
     prompts = [spec.num_prompt_tokens for spec in requests]
     outputs = [spec.max_tokens for spec in requests]
     follow_ups = [spec for spec in requests if spec.parent is not None]
@@ -132,6 +133,12 @@ def describe_workload(workload: Workload) -> str:
         on_chunk = sum(spec.ends_on_chunk for spec in requests)
         lines.append(f"  spec decode     k={engine.spec_tokens}; {on_chunk:,} requests "
                      f"({on_chunk / len(requests):.1%}) end on a chunk boundary right after a rejection")
+    aborted = [spec.abort_after_steps for spec in requests if spec.abort_after_steps is not None]
+    if aborted:
+        lines.append(f"  aborts          {len(aborted):,} requests ({len(aborted) / len(requests):.1%}), "
+                     f"{min(aborted):,}-{max(aborted):,} steps after arriving; {aborted.count(0):,} at the step they arrive")
+    if workload.reset_cache_at:
+        lines.append(f"  cache resets    at steps {', '.join(f'{step:,}' for step in workload.reset_cache_at)}")
     lines.append(f"  reusable        {reusable_prompt_share(workload):.1%} of prompt tokens "
                  f"(infinite cache, {engine.block_size}-token blocks)")
     settings = [f"{key}={getattr(engine, key)}" for key in engine.keys()]
