@@ -10,18 +10,25 @@ from kvoffload.core.types import ConfigError
 
 STOCK = "stock"  # vLLM's own OffloadingConnector
 REFERENCE = "reference"  # kvoffload.vllm.connector
+# Connectors the suite was not built from, by name (kvoffload.vllm.foreign defines each; a test
+# keeps the two lists equal). Their MODULE:CLASS path names them too.
+FOREIGN: dict[str, str] = {
+    "simple-cpu": "vLLM's SimpleCPUOffloadConnector, eager offload (CPU stand-ins for its GPU calls)",
+    "simple-cpu-lazy": "vLLM's SimpleCPUOffloadConnector, lazy offload (lazy_offload)",
+}
+SOURCES_HELP = f"stock, reference, {', '.join(FOREIGN)} or MODULE:CLASS"
 
 
 def check_source(source: str, preset: str | None = None, disabled: tuple[str, ...] = ()) -> None:
-    """A ConfigError unless ``source`` names a connector vLLM can load (stock, reference or
-    MODULE:CLASS) and the preset and disabled fixes apply to it. Needs no vLLM: the gates' plugin
+    """A ConfigError unless ``source`` names a connector vLLM can load (stock, reference, a
+    foreign connector's name or MODULE:CLASS) and the preset and disabled fixes apply to it. Needs no vLLM: the gates' plugin
     checks its options with it before pytest collects a gate (which imports vLLM)."""
-    if source not in (STOCK, REFERENCE):
+    if source not in (STOCK, REFERENCE, *FOREIGN):
         module, sep, name = source.partition(":")
         if not sep or not module or not name.isidentifier():
-            raise ConfigError(f"--connector expects stock, reference or MODULE:CLASS, got {source!r}")
-    if source == STOCK and (preset or disabled):
-        raise ConfigError("presets and disabled fixes apply to the reference connector, not to stock")
+            raise ConfigError(f"--connector expects {SOURCES_HELP}, got {source!r}")
+    if source != REFERENCE and ":" not in source and (preset or disabled):
+        raise ConfigError(f"presets and disabled fixes apply to the reference connector, not to {source}")
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,8 @@ class ConnectorChoice:
               source: str = "reference") -> "ConnectorChoice":
         fixes = Fixes.preset(preset) if preset else Fixes()
         fixes = fixes.without(*disabled)
-        label = preset or ("reference" if source == "reference" else f"vllm-{source}" if source == "stock" else source)
+        label = preset or ("reference" if source == REFERENCE else f"vllm-{source}" if source in (STOCK, *FOREIGN)
+                           else source)
         if disabled:
             label += "".join(f" -{name}" for name in disabled)
         return cls(label=label, fixes=fixes, preset=preset, source=source, disabled=tuple(disabled))

@@ -7,13 +7,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from kvoffload.cli.findings import finding_lines, strict_failures
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import write_atomic
-from kvoffload.choice import ConnectorChoice
+from kvoffload.choice import SOURCES_HELP, ConnectorChoice
 from kvoffload.runner import RunOutcome, chrome_trace, replay_workload
 from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload
 
@@ -44,13 +45,17 @@ def register(sub) -> None:
     run.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
                      help="simulator (default), vLLM's own scheduler, or vLLM's real engine on a real model "
                           "(vllm; both need the vllm extra)")
-    run.add_argument("--connector", action=Once, default="reference", metavar="reference|stock|MODULE:CLASS",
-                     help="vLLM engines: the reference connector, vLLM's stock one, or any class; "
+    run.add_argument("--connector", action=Once, default="reference", metavar="NAME|MODULE:CLASS",
+                     help=f"vLLM engines: {SOURCES_HELP} (vLLM's stock OffloadingConnector, the reference, "
+                          "vLLM's SimpleCPUOffloadConnector eager or lazy, any class); "
                           "--engine vllm also off (no connector, no prefix caching)")
     run.add_argument("--model", action=Once, type=Path, metavar="PATH",
                      help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
     run.add_argument("--no-oracle", action=OnceTrue,
                      help="--engine vllm: skip the output oracle (its offload-off second run)")
+    run.add_argument("--strict", action=OnceTrue,
+                     help="exit 1 when any zero-metric (poisoned_loads, leaked_requests, crashes, ...) is above 0, "
+                          "or the connector served nothing where the reference serves some")
     run.set_defaults(handler=_cmd_run)
 
 
@@ -78,8 +83,8 @@ def connector_choice(preset: str | None, disabled: Sequence[str], source: str = 
     an error (the label would name a change that is not one)."""
     if preset == REFERENCE:  # as sweep --preset reference: the reference connector, every fix on
         preset = None
-    if source == "stock" and (preset or disabled):
-        raise UsageError("--preset and --disable-fix change the reference connector, not --connector stock")
+    if source != "reference" and ":" not in source and (preset or disabled):
+        raise UsageError(f"--preset and --disable-fix change the reference connector, not --connector {source}")
     choice = ConnectorChoice.build(preset, tuple(disabled), source)  # unknown names: ConfigError
     if preset is not None:
         lacking = set(Fixes.preset(preset).disabled())
@@ -120,14 +125,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         write_atomic(args.trace, chrome_trace(outcome.record))
     print(_run_table(outcome))
+    findings = finding_lines(outcome.result)
+    if findings:
+        print("\n" + "\n".join(findings))
     print(f"\nresult: {out}")
     if outcome.failed:
         error = outcome.result["error"]
-        print(f"kvoffload: run failed at step {error['step']}: {error['message']}", file=sys.stderr)
+        where = "before its first step" if error["step"] is None else f"at step {error['step']}"
+        print(f"kvoffload: run failed {where}: {error['message']}", file=sys.stderr)
         return 1
     oracle = outcome.result.get("oracle")
     if oracle is not None and oracle["mismatches"]:
         print(f"kvoffload: outputs differ from the offload-off run: {oracle['mismatches'][0]}", file=sys.stderr)
+        return 1
+    failures = strict_failures(outcome.result) if args.strict else []
+    if failures:
+        print(f"kvoffload: --strict: {', '.join(failures)}", file=sys.stderr)
         return 1
     return 0
 

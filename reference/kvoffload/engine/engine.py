@@ -26,11 +26,11 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from kvoffload.core.fixes import Fixes
-from kvoffload.core.manager import LifecycleViolation
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
-from kvoffload.core.types import BlockId, ConfigError, ConnectorCrash, TransferResult, cdiv
+from kvoffload.core.types import BlockId, ConfigError, TransferResult, cdiv
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.feed import ArrivalFeed
 from kvoffload.engine.final_chunks import FinalChunkWatch
@@ -126,9 +126,10 @@ class Engine:
             if self._pending_output is not None:
                 self._update_from_output(self._pending_output)
                 self._pending_output = None
-        except (ConnectorCrash, LifecycleViolation, AssertionError, KeyError) as error:
-            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
-            self.record.crash_step = self._step
+        except ConfigError:
+            raise  # bad input found on the way (a streamed request that can never fit)
+        except Exception as error:  # noqa: BLE001 - any exception the connector raises is its crash
+            record_crash(self.record, error, self._step)
         finally:
             self.worker.shutdown()
             gc.unfreeze()

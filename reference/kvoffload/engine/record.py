@@ -12,6 +12,19 @@ class PoisonedLoad:
     chunk: int
     bad_slots: int
 
+    def describe(self) -> str:
+        return f"{self.req_id} step {self.step} chunk {self.chunk} ({self.bad_slots} bad slot{'s' * (self.bad_slots != 1)})"
+
+
+POISONED_LISTED = 10  # poisoned loads a result file and a table list one by one (then the count)
+
+
+def describe_poisoned(poisoned: list[PoisonedLoad], limit: int = POISONED_LISTED) -> str:
+    """The first ``limit`` poisoned loads as request, step, chunk and bad slots, and how many."""
+    listed = "; ".join(p.describe() for p in poisoned[:limit])
+    more = f"; and {len(poisoned) - limit} more" if len(poisoned) > limit else ""
+    return f"{len(poisoned)} poisoned load{'s' * (len(poisoned) != 1)}: {listed}{more}"
+
 
 @dataclass(frozen=True)
 class FenceViolation:
@@ -86,8 +99,12 @@ class RunRecord:
     connector_seconds: float = 0.0  # wall time inside connector calls, both sides
     modeled_seconds: float = 0.0
     wall_seconds: float = 0.0
-    crash: str | None = None
+    crash: str | None = None  # "Type: message" (engine/crashes.py), "could not start: ..." before the run
     crash_step: int | None = None
+    crash_type: str | None = None
+    crash_frames: list[str] = field(default_factory=list)  # the connector's own frames, innermost last
+    crash_traceback: str | None = None
+    start_failed: bool = False  # the connector failed while being built or registered
     stuck_requests: tuple[str, ...] = ()
     stuck_message: str | None = None  # why nothing was scheduled for them (the run's error)
     leaked_requests: tuple[str, ...] = ()

@@ -12,7 +12,8 @@ import pytest
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("kvoffload gates")
     group.addoption("--kv-connector", default="reference",
-                    help="connector under test: stock (vLLM's OffloadingConnector), reference, or MODULE:CLASS")
+                    help="connector under test: stock (vLLM's OffloadingConnector), reference, simple-cpu[-lazy] "
+                         "(vLLM's SimpleCPUOffloadConnector), or MODULE:CLASS")
     group.addoption("--kv-preset", default=None, help="with --kv-connector reference: a vLLM release's preset")
     group.addoption("--kv-disable", default="",
                     help="with --kv-connector reference: fix flags to switch off, comma-separated (kvoffload fixes)")

@@ -59,8 +59,9 @@ TINY_CONTEXT = 65536
 @dataclass(frozen=True)
 class ConnectorLoad:
     """How vLLM loads the connector under test: ``stock`` (vLLM's OffloadingConnector with the
-    torch-copy spec), ``reference`` (``kvoffload.vllm.connector``) or ``MODULE:CLASS`` (any
-    connector class; it receives the reference connector's options)."""
+    torch-copy spec), ``reference`` (``kvoffload.vllm.connector``), a foreign connector's name or
+    class path (``foreign.py``: its own options, CPU stand-ins for its GPU calls) or
+    ``MODULE:CLASS`` (any connector class; it receives the reference connector's options)."""
 
     source: str
     preset: str | None = None
@@ -72,6 +73,11 @@ class ConnectorLoad:
     def transfer_config(self, engine: EngineConfig, transfer: str) -> KVTransferConfig:
         common = {"blocks_per_chunk": engine.blocks_per_chunk, "offload_prompt_only": engine.offload_prompt_only,
                   "transfer": transfer, "completion_steps": engine.store_completion_steps}
+        family = self.family
+        if family is not None:
+            module, _, name = (self.source if ":" in self.source else family.class_path).partition(":")
+            return KVTransferConfig(kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
+                                    kv_connector_extra_config=family.extra_config(engine))
         if self.source == STOCK:
             from kvoffload.vllm.stock import SPEC_MODULE, SPEC_NAME
 
@@ -95,6 +101,21 @@ class ConnectorLoad:
         return KVTransferConfig(kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
                                 kv_connector_extra_config=extra)
 
+    @property
+    def family(self):
+        """The foreign connector family this source names (``foreign.py``), or None."""
+        from kvoffload.vllm.foreign import family_of
+
+        return family_of(self.source)
+
+    @property
+    def refused(self) -> dict[str, str]:
+        """Engine settings this connector cannot honour (beyond the engine's own refusals)."""
+        from kvoffload.vllm.settings import REFUSED_FOR_STOCK
+
+        family = self.family
+        return family.refused if family is not None else REFUSED_FOR_STOCK if self.source == STOCK else {}
+
 
 def block_bytes(block_size: int) -> int:
     """KV bytes of one GPU block, all layers (K and V)."""
@@ -106,10 +127,15 @@ def chunk_bytes_on_host(engine: EngineConfig) -> int:
     return -(-raw // HOST_PAGE) * HOST_PAGE
 
 
-def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int) -> VllmConfig:
+def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int,
+                      load: ConnectorLoad | None = None) -> VllmConfig:
     """vLLM's config for a replay: every engine setting reaches it (or the connector's options,
-    or the replay's model and copies), or is refused here (``settings.py`` says which)."""
-    refuse_unhonoured(engine, stock=transfer_config.kv_connector == STOCK_CLASS)
+    or the replay's model and copies), or is refused here (``settings.py`` says which, and
+    ``load.refused`` what the connector cannot honour; without ``load``, stock's when the
+    transfer config is stock's)."""
+    if load is None:
+        load = ConnectorLoad(STOCK if transfer_config.kv_connector == STOCK_CLASS else REFERENCE)
+    refuse_unhonoured(engine, load.refused, f"--connector {load.source}")
     try:
         connector_class = KVConnectorFactory.get_connector_class(transfer_config)
     except (ImportError, AttributeError) as error:
@@ -187,11 +213,37 @@ def build_scheduler(config: VllmConfig, kv_cache_config):
                    block_size=config.cache_config.block_size)
 
 
-def build_worker_side(config: VllmConfig, kv_cache_config):
+def build_worker_side(config: VllmConfig, kv_cache_config, standins=None, completion_steps: int = 1):
     """vLLM's paged KV tensors (one buffer, a strided view per layer) and the connector's
-    worker role registered on them, as ``GPUModelRunner.initialize_kv_cache`` does."""
+    worker role registered on them, as ``GPUModelRunner.initialize_kv_cache`` does.
+
+    ``standins`` (a foreign family's, ``foreign.py``) puts the CPU stand-ins in place of the
+    worker's GPU calls first; the connector then carries its copy timeline
+    (``kvoffload_timeline``, which ``connector_parts`` reads) and the replaced names
+    (``kvoffload_patches``, undone by ``release_worker_side``)."""
+    from kvoffload.vllm.standins.timeline import CopyTimeline, active
+
     kv_caches = allocate_kv_caches(config, kv_cache_config)
-    with set_current_vllm_config(config):
-        connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
-        connector.register_kv_caches(kv_caches)
+    timeline = CopyTimeline(completion_steps)
+    patches = standins() if standins is not None else None
+    try:
+        with set_current_vllm_config(config), active(timeline):
+            connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
+            connector.register_kv_caches(kv_caches)
+    except BaseException:
+        if patches is not None:
+            patches.undo()
+        raise
+    if patches is not None:
+        connector.kvoffload_timeline, connector.kvoffload_patches = timeline, patches
     return kv_caches, connector
+
+
+def release_worker_side(connector) -> None:
+    """Stop the worker connector and take its stand-ins out again."""
+    try:
+        connector.shutdown()
+    finally:
+        patches = getattr(connector, "kvoffload_patches", None)
+        if patches is not None:
+            patches.undo()

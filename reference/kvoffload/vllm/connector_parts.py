@@ -1,13 +1,23 @@
 """Where each connector keeps the parts a replay reads: the transfer handler that copies (ours,
-or vLLM's OffloadingConnector over the torch-copy spec), its "copy what was submitted" call, and
-the requests the scheduler half still tracks. Both vLLM replays (``replay``, ``llm_engine``) and
-the gate stories use them."""
+or vLLM's OffloadingConnector over the torch-copy spec) or the stand-ins' copy timeline (a
+foreign connector's, ``standins/``), its "copy what was submitted" call, and the requests the
+scheduler half still tracks. Both vLLM replays (``replay``, ``llm_engine``) and the gate stories
+use them."""
 
 from __future__ import annotations
 
 
+def standin_timeline(worker):
+    """The copy timeline of a worker whose GPU calls run on the CPU stand-ins, else None."""
+    return getattr(worker, "kvoffload_timeline", None)
+
+
 def copy_hook(worker):
-    """The worker's 'copy what was submitted' call (stepped handlers), or a no-op."""
+    """The worker's 'copy what was submitted' call (stepped handlers, the stand-ins' timeline),
+    or a no-op."""
+    timeline = standin_timeline(worker)
+    if timeline is not None:
+        return timeline.after_forward
     hook = getattr(worker, "copy_submitted", None)
     if hook is None:
         inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
@@ -22,6 +32,9 @@ def wait_for_unreported_copies(worker) -> bool:
     instead of counting the step as idle (200 such steps pass in milliseconds, a copy may take
     longer) or ending with the request still tracked. vLLM's engine would keep stepping, in real
     time, until the copy lands; here the verdict never depends on a copy thread's timing."""
+    timeline = standin_timeline(worker)
+    if timeline is not None:
+        return timeline.finish_all()
     handler = transfer_handler(worker)
     if handler is None or not getattr(handler, "unreported_jobs", 0):
         return False
@@ -44,4 +57,9 @@ def tracked_requests(connector) -> tuple[str, ...] | None:
     stock = getattr(connector, "connector_scheduler", None)
     if stock is not None and hasattr(stock, "_req_status"):
         return tuple(stock._req_status)  # vLLM's OffloadingConnectorScheduler keeps them here
+    simple = getattr(connector, "scheduler_manager", None)
+    if simple is not None and hasattr(simple, "_reqs_to_load"):
+        # vLLM's SimpleCPUOffloadScheduler: loads, eager stores, pins awaiting their allocation
+        tracked = {*simple._reqs_to_load, *getattr(simple, "_reqs_to_store", ()), *simple._pending_cpu_hits}
+        return tuple(sorted(tracked))
     return None

@@ -32,10 +32,21 @@ class VllmSchedulerEngine:
 
 def replay_unpinned(requests, engine, load, max_steps, reset_cache_at=(), *,
                     on_step=None) -> tuple[RunRecord, tuple[str, ...]]:
-    """One replay in this process, whatever its hash seed; the record and what it left unmeasured."""
+    """One replay in this process, whatever its hash seed; the record and what it left unmeasured.
+    A connector that fails while vLLM builds or registers it never runs: its record says "could
+    not start" (engine/crashes.py); a bad setting or a class that does not load stays bad input."""
+    from kvoffload.core.types import ConfigError
+    from kvoffload.engine.crashes import record_crash
     from kvoffload.vllm.build import ConnectorLoad
-    from kvoffload.vllm.replay import VllmSchedulerReplay
+    from kvoffload.vllm.replay import UNMEASURED, VllmSchedulerReplay
 
-    replay = VllmSchedulerReplay(requests, engine, ConnectorLoad(*load), on_step=on_step, max_steps=max_steps,
-                                 reset_cache_at=reset_cache_at)
+    try:
+        replay = VllmSchedulerReplay(requests, engine, ConnectorLoad(*load), on_step=on_step, max_steps=max_steps,
+                                     reset_cache_at=reset_cache_at)
+    except ConfigError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any exception while the connector starts is its verdict
+        record = RunRecord()
+        record_crash(record, error, None, starting=True)
+        return record, UNMEASURED
     return replay.run(), replay.unmeasured()

@@ -36,6 +36,7 @@ from vllm.inputs import TokensPrompt
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for every engine
 from kvoffload.engine.record import RunRecord
 from kvoffload.engine.set_order import HASH_SEED, process_hash_seed_is
@@ -74,8 +75,16 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
     longest = max(spec.num_prompt_tokens + spec.max_tokens for spec in requests)
     slack = engine.spec_tokens + engine.block_size  # follow-ups of aborted parents run shorter, never longer
     with tempfile.TemporaryDirectory(prefix="kvoffload-model-") as weights_dir:
-        llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset, disabled),
-                                          min(longest + slack, model.max_model_len), Path(weights_dir))
+        try:
+            llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset, disabled),
+                                              min(longest + slack, model.max_model_len), Path(weights_dir))
+        except ConfigError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the connector could not be built or registered
+            shut_down(None)
+            record = RunRecord(model_run=True, engine_settings={"model": model.label})
+            record_crash(record, error, None, starting=True)
+            return ModelRun(record, {}, engine, 0.0, UNMEASURED)
         try:
             replay = _Replay(llm, requests, engine, on_step, max_steps)
             record = replay.run()
@@ -134,9 +143,8 @@ class _Replay:
                 self._one_step()
             self.record.wall_seconds = time.perf_counter() - started
             self._drain()
-        except (AssertionError, KeyError, ValueError, RuntimeError) as error:
-            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
-            self.record.crash_step = self._step
+        except Exception as error:  # noqa: BLE001 - whatever a connector raises is its crash (engine/crashes.py)
+            record_crash(self.record, error, self._step)
             self.record.wall_seconds = time.perf_counter() - started
         if self.record.crash is None:
             self.record.stuck_requests = tuple(r for r in self.outcomes if r not in self._finished)

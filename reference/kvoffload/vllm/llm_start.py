@@ -71,8 +71,10 @@ def _register_kernels_once() -> None:
 
 
 def shut_down(llm) -> None:
+    """Stop the engine (None: one that failed to start) and drop its worker connector."""
     try:
-        llm.engine_core.shutdown()
+        if llm is not None:
+            llm.engine_core.shutdown()
     except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
         pass
     kv_transfer_state.ensure_kv_transfer_shutdown()  # the worker connector is a process global

@@ -18,6 +18,7 @@ import signal
 import struct
 import subprocess
 import sys
+import traceback
 from typing import Any, Callable
 
 from kvoffload.engine.set_order import HASH_SEED, process_hash_seed_is
@@ -42,6 +43,9 @@ def call_pinned(fn: Callable[..., Any], *args: Any, on_step: Callable[[int, int]
             if kind == "step":
                 on_step(*payload)
             elif kind == "error":
+                text = getattr(payload, "kvoffload_traceback", None)
+                if text:
+                    payload.add_note(f"raised in the replay's child interpreter:\n{text.rstrip()}")
                 raise payload
             else:
                 return payload
@@ -73,11 +77,16 @@ def serve() -> None:
     fn, args, wants_steps = pickle.load(sys.stdin.buffer)
     try:
         result = fn(*args, on_step=(lambda step, finished: send("step", (step, finished))) if wants_steps else None)
-    except Exception as error:  # noqa: BLE001 - the parent re-raises it as it is
+    except Exception as error:  # noqa: BLE001 - the parent re-raises it as it is, with its traceback
+        from kvoffload.engine.crashes import connector_frames
+
+        text = "".join(traceback.format_exception(error))
+        frames = connector_frames(error)
         try:
             pickle.dumps(error)
         except Exception:  # noqa: BLE001 - an exception that does not pickle comes back as its text
             error = RuntimeError(f"{type(error).__name__}: {error}")
+        error.kvoffload_traceback, error.kvoffload_frames = text, frames
         send("error", error)
     else:
         send("result", result)

@@ -33,6 +33,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for both engines
 from kvoffload.engine.record import PoisonedLoad, RunRecord
 from kvoffload.engine.watchdog import ProgressWatchdog
@@ -42,6 +43,7 @@ from kvoffload.vllm.build import (
     build_scheduler,
     build_vllm_config,
     build_worker_side,
+    release_worker_side,
 )
 from kvoffload.vllm.connector_parts import copy_hook, tracked_requests, transfer_handler, wait_for_unreported_copies
 from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, read_positions, write_positions
@@ -80,10 +82,17 @@ class VllmSchedulerReplay:
             raise ConfigError("request ids must be unique")
         longest = max(spec.num_prompt_tokens + spec.max_tokens + EOS_SLACK for spec in requests)
         self.config = build_vllm_config(engine, load.transfer_config(engine, transfer),
-                                        longest + engine.spec_tokens + engine.block_size)
+                                        longest + engine.spec_tokens + engine.block_size, load)
         kv_cache_config = build_kv_cache_config(self.config, engine)
         self.scheduler = build_scheduler(self.config, kv_cache_config)
-        self.kv_caches, self.worker = build_worker_side(self.config, kv_cache_config)
+        family = load.family
+        try:
+            self.kv_caches, self.worker = build_worker_side(
+                self.config, kv_cache_config, family.standins if family is not None else None,
+                engine.store_completion_steps)
+        except BaseException:
+            self.scheduler.shutdown()
+            raise
         self.cells = FingerprintCells(self.kv_caches)
         self.tables = BlockTables()
         self.record = RunRecord()
@@ -142,9 +151,10 @@ class VllmSchedulerReplay:
                 idle = 0 if progressed or self._arrivals else idle + 1
                 if self.on_step is not None:
                     self.on_step(self._step, len(self._finished))
-        except (AssertionError, KeyError, ValueError, RuntimeError) as error:
-            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
-            self.record.crash_step = self._step
+        except ConfigError:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever a connector raises is its crash (engine/crashes.py)
+            record_crash(self.record, error, self._step)
         finally:
             gc.unfreeze()
         self._finish_record(time.perf_counter() - started)
@@ -372,7 +382,7 @@ class VllmSchedulerReplay:
             self.scheduler.shutdown()
         except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
             pass
-        self.worker.shutdown()
+        release_worker_side(self.worker)
 
     def unmeasured(self) -> tuple[str, ...]:
         """UNMEASURED, plus what this connector does not expose: lifecycle violations are the
