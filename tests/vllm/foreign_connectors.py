@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import SimpleCPUOffloadConnector
 
+from kvoffload.vllm.connector import KVOffloadConnector
+
 
 class _UnpinnedPool:
     """vLLM's GPU ``BlockPool`` as the manager sees it, minus the pins: ``touch`` and the
@@ -35,3 +37,30 @@ class UnpinnedSimpleCPU(SimpleCPUOffloadConnector):
 
 class UnpinnedLazySimpleCPU(UnpinnedSimpleCPU):
     kvoffload_family = "simple-cpu-lazy"
+
+
+class StartFailsConnector(KVOffloadConnector):
+    """Fails while its worker registers the KV caches, as LMCache 0.5.6 does on a CPU ("No supported
+    cpu connector found")."""
+
+    def register_kv_caches(self, kv_caches) -> None:
+        raise RuntimeError("planted: No supported cpu connector found")
+
+
+class AttributeErrorConnector(KVOffloadConnector):
+    """Dies of an exception type no engine used to count as a crash, once the first request
+    finishes (as LMCache's worker dies of an AttributeError)."""
+
+    def build_connector_meta(self, scheduler_output):
+        if scheduler_output.finished_req_ids:
+            raise AttributeError("planted: 'NoneType' object has no attribute 'slot_mapping'")
+        return super().build_connector_meta(scheduler_output)
+
+
+class MissingFileConnector(KVOffloadConnector):
+    """A disk connector's way to die (vLLM's ExampleConnector): the file of a hit is not there."""
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        if num_external_tokens:
+            raise FileNotFoundError(2, "No such file or directory", f"kv-store/{request.request_id}.safetensors")
+        super().update_state_after_alloc(request, blocks, num_external_tokens)

@@ -131,3 +131,28 @@ class RunRecord:
     oracle: dict | None = None  # the output oracle's report (kvoffload.vllm.outputs), when it ran
     engine_settings: dict | None = None  # what the real engine ran (geometry, dtype, scheduling)
     trace_events: list[dict] = field(default_factory=list)
+
+    def problems(self, *, fences: bool = False, lifecycle: bool = False, invariants: bool = False) -> list[str]:
+        """What went wrong, one phrase each, naming what was seen: the crash (with the connector's
+        innermost frame), each poisoned load, the stuck and the leaked request ids; ``fences``,
+        ``lifecycle``, ``invariants`` add what only the simulator can see. Empty: clean."""
+        found = []
+        if self.crash is not None:
+            where = "" if self.crash_step is None else f" at step {self.crash_step}"
+            frame = f" [{self.crash_frames[-1]}]" if self.crash_frames else ""
+            found.append(f"crash{where}: {self.crash}{frame}")
+        if self.poisoned:
+            found.append(describe_poisoned(self.poisoned))
+        if fences and self.fence_violations:
+            found.append(f"{len(self.fence_violations)} fence violations: " + "; ".join(
+                f"block {v.block} written by the {v.writer} at step {v.step}" for v in self.fence_violations[:5]))
+        if self.stuck_requests:
+            found.append(f"stuck: {', '.join(self.stuck_requests)}" + (f" ({self.stuck_message})" if self.stuck_message
+                                                                        else ""))
+        if self.leaked_requests:
+            found.append(f"leaked (still tracked after the run): {', '.join(self.leaked_requests)}")
+        if lifecycle and self.lifecycle_violations:
+            found.append(f"{self.lifecycle_violations} lifecycle violations")
+        if invariants and self.invariant_failures:
+            found.append(f"invariants failed: {'; '.join(self.invariant_failures[:3])}")
+        return found

@@ -74,8 +74,8 @@ def serve() -> None:
         out.write(_HEADER.pack(len(data)) + data)
         out.flush()
 
-    fn, args, wants_steps = pickle.load(sys.stdin.buffer)
     try:
+        fn, args, wants_steps = pickle.load(sys.stdin.buffer)
         result = fn(*args, on_step=(lambda step, finished: send("step", (step, finished))) if wants_steps else None)
     except Exception as error:  # noqa: BLE001 - the parent re-raises it as it is, with its traceback
         from kvoffload.engine.crashes import connector_frames
