@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvoffload.choice import ConnectorChoice
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.engine.record import POISONED_LISTED, RunRecord
 from kvoffload.engines import SIMULATOR, engine_named
 from kvoffload.metrics import MODEL_METRICS, compute_metrics
@@ -35,8 +36,12 @@ class RunOutcome:
 
 def replay_workload(workload: Workload, choice: ConnectorChoice,
                     on_step: Callable[[int, int], None] | None = None, trace: bool = False,
-                    max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None) -> RunOutcome:
+                    max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None,
+                    step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> RunOutcome:
+    """``step_bound_s``: an engine step (a connector call in it) running longer stops the run with
+    a verdict naming the call (engine/bounded.py); None: unbounded."""
     replayer = engine_named(engine, **(engine_options or {}))
+    replayer.step_bound_s = step_bound_s
     record = replayer.replay(workload, choice, on_step, trace, max_steps)
     unmeasured = set(replayer.unmeasured) | (set() if record.model_run else MODEL_METRICS)
     metrics = {name: value for name, value in compute_metrics(record).items() if name not in unmeasured}

@@ -64,3 +64,16 @@ class MissingFileConnector(KVOffloadConnector):
         if num_external_tokens:
             raise FileNotFoundError(2, "No such file or directory", f"kv-store/{request.request_id}.safetensors")
         super().update_state_after_alloc(request, blocks, num_external_tokens)
+
+
+class HangsConnector(KVOffloadConnector):
+    """Never returns from the lookup of the third request it is asked about (a lock nobody
+    releases): the per-step bound must stop the run and name the call and the request."""
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
+        self._asked = getattr(self, "_asked", set()) | {request.request_id}
+        if len(self._asked) >= 3:
+            import threading
+
+            threading.Event().wait()
+        return super().get_num_new_matched_tokens(request, num_computed_tokens)

@@ -73,3 +73,20 @@ def test_a_connector_that_serves_nothing_is_flagged(run_cli):
     assert "served nothing: the connector served no token; the reference serves" in table
     strict, _, _, err = run_cli("broken_connector:NeverServesConnector", "--strict")
     assert strict == 1 and "--strict: served nothing" in err
+
+
+def test_a_connector_that_never_returns_is_stopped_and_named(run_cli):
+    """A lookup that blocks forever: the run stops at the step bound (1 s here), exit 1, and the
+    verdict names the call and the request."""
+    import time
+
+    import kvoffload.vllm.replay  # noqa: F401 - vLLM's import is not the connector's time
+
+    started = time.monotonic()
+    code, result, _, err = run_cli("foreign_connectors:HangsConnector", "--step-timeout", "1")
+    assert code == 1 and time.monotonic() - started < 60
+    assert result["error"]["type"] == "ConnectorTimeout"
+    message = result["error"]["message"]
+    assert "did not finish within 1 s: in get_num_new_matched_tokens for request " in message
+    assert any("foreign_connectors.py" in frame and "threading.Event().wait()" in frame
+               for frame in result["error"]["connector_frames"])

@@ -11,6 +11,7 @@ from kvoffload.cli.findings import finding_lines, strict_failures
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import write_atomic
@@ -53,6 +54,7 @@ def register(sub) -> None:
                      help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
     run.add_argument("--no-oracle", action=OnceTrue,
                      help="--engine vllm: skip the output oracle (its offload-off second run)")
+    add_step_timeout(run)
     run.add_argument("--strict", action=OnceTrue,
                      help="exit 1 when any zero-metric (poisoned_loads, leaked_requests, crashes, ...) is above 0, "
                           "or the connector served nothing where the reference serves some")
@@ -120,7 +122,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         check_distinct(outputs + [("--out", out)])
     options = engine_options(args.engine, args.model, not args.no_oracle and args.connector != "off")
     outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None, max_steps=args.max_steps,
-                     engine=args.engine, engine_options=options)
+                     engine=args.engine, engine_options=options, step_bound_s=args.step_timeout)
     write_atomic(out, outcome.result)
     if args.trace is not None:
         write_atomic(args.trace, chrome_trace(outcome.record))
@@ -164,11 +166,29 @@ def engine_options(engine: str, model: Path | None, oracle: bool) -> dict | None
     return {"model": None if model is None else str(model), "oracle": oracle}
 
 
+def add_step_timeout(parser) -> None:
+    parser.add_argument("--step-timeout", action=Once, type=_positive_seconds, default=DEFAULT_STEP_BOUND_S,
+                        metavar="SECONDS",
+                        help=f"an engine step (a connector call in it) running longer stops the run, naming the call "
+                             f"and its request (default {DEFAULT_STEP_BOUND_S:g})")
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
+
+
 def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False,
-           max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None) -> RunOutcome:
+           max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None,
+           step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> RunOutcome:
     if quiet:
         return replay_workload(workload, choice, trace=trace, max_steps=max_steps, engine=engine,
-                               engine_options=engine_options)
+                               engine_options=engine_options, step_bound_s=step_bound_s)
     from tqdm import tqdm
 
     with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
@@ -177,7 +197,7 @@ def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", t
             if finished > bar.n:
                 bar.update(finished - bar.n)
         return replay_workload(workload, choice, on_step=on_step, trace=trace, max_steps=max_steps,
-                               engine=engine, engine_options=engine_options)
+                               engine=engine, engine_options=engine_options, step_bound_s=step_bound_s)
 
 
 def _run_table(outcome: RunOutcome) -> str:

@@ -29,6 +29,7 @@ from kvoffload.core.fixes import Fixes
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
 from kvoffload.core.types import BlockId, ConfigError, TransferResult, cdiv
 from kvoffload.engine.block_pool import BlockPool
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, StepBound
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.cost import profile as hardware_profile
@@ -61,8 +62,10 @@ class Engine:
     def __init__(self, requests: Sequence[RequestSpec], config: EngineConfig, fixes: Fixes | None = None, *,
                  reset_cache_at: Iterable[int] = (), check_invariants: bool = True,
                  strict: bool = False, trace: bool = False, max_steps: int | None = None,
-                 on_step: Callable[[int, int], None] | None = None, skip_idle: bool = True):
+                 on_step: Callable[[int, int], None] | None = None, skip_idle: bool = True,
+                 step_bound_s: float | None = DEFAULT_STEP_BOUND_S):
         self.config = config
+        self._bound = StepBound(step_bound_s)  # a step running longer is the connector's hang
         self.fixes = fixes if fixes is not None else Fixes()
         self.check_invariants = check_invariants
         self.strict = strict
@@ -107,22 +110,8 @@ class Engine:
         gc.freeze()
         started = time.perf_counter()
         try:
-            while self._has_work():
-                if self.max_steps is not None and self._step >= self.max_steps:
-                    self.record.stuck_requests = tuple(self.scheduler.live)
-                    self.record.max_steps_reached = True
-                    break
-                if self._idle_steps >= STUCK_AFTER_STEPS:
-                    self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding, *self.scheduler.waiting))
-                    self.record.stuck_message = self._why_stuck()
-                    break
-                if self.skip_idle and self._skip_idle_gap():
-                    continue
-                self._one_step()
-                if self.record.livelock is not None:
-                    break
-                if self.on_step is not None:
-                    self.on_step(self._step, self.record.finished_requests)
+            with self._bound.watching():
+                self._loop()
             if self._pending_output is not None:
                 self._update_from_output(self._pending_output)
                 self._pending_output = None
@@ -135,6 +124,26 @@ class Engine:
             gc.unfreeze()
         self._finish_record(time.perf_counter() - started)
         return self.record
+
+    def _loop(self) -> None:
+        while self._has_work():
+            if self.max_steps is not None and self._step >= self.max_steps:
+                self.record.stuck_requests = tuple(self.scheduler.live)
+                self.record.max_steps_reached = True
+                break
+            if self._idle_steps >= STUCK_AFTER_STEPS:
+                self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding,
+                                                                            *self.scheduler.waiting))
+                self.record.stuck_message = self._why_stuck()
+                break
+            if self.skip_idle and self._skip_idle_gap():
+                continue
+            self._bound.at(self._step)
+            self._one_step()
+            if self.record.livelock is not None:
+                break
+            if self.on_step is not None:
+                self.on_step(self._step, self.record.finished_requests)
 
     def _has_work(self) -> bool:
         return bool(self.feed.has_pending() or self.scheduler.live or self.scheduler.finished_since_schedule

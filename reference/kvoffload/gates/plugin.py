@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
+
 
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("kvoffload gates")
@@ -20,6 +22,9 @@ def pytest_addoption(parser) -> None:
                     help="connector under test: stock (vLLM's OffloadingConnector), reference, simple-cpu[-lazy] "
                          "(vLLM's SimpleCPUOffloadConnector), or MODULE:CLASS")
     group.addoption("--kv-preset", default=None, help="with --kv-connector reference: a vLLM release's preset")
+    group.addoption("--kv-step-timeout", default=None, type=float, metavar="SECONDS",
+                    help="a step (a connector call in it) running longer fails its gate, naming the call "
+                         "(default: the engine's bound, engine/bounded.py)")
     group.addoption("--kv-disable", default="",
                     help="with --kv-connector reference: fix flags to switch off, comma-separated (kvoffload fixes)")
 
@@ -60,6 +65,7 @@ class GateConnector:
     preset: str | None
     disabled: tuple[str, ...] = ()
     probe: StartProbe = field(default_factory=StartProbe, compare=False)
+    step_bound_s: float = DEFAULT_STEP_BOUND_S
 
     @property
     def label(self) -> str:
@@ -70,7 +76,8 @@ class GateConnector:
 def kv_connector_built(request) -> GateConnector:
     pytest.importorskip("vllm", reason="the gates run in vLLM's scheduler: install the vllm extra")
     option = request.config.getoption  # checked by pytest_configure
-    connector = GateConnector(option("--kv-connector"), option("--kv-preset"), _disabled(request.config))
+    connector = GateConnector(option("--kv-connector"), option("--kv-preset"), _disabled(request.config),
+                              step_bound_s=option("--kv-step-timeout") or DEFAULT_STEP_BOUND_S)
     _probe_start(connector)
     return connector
 
@@ -98,7 +105,8 @@ def _probe_start(connector: GateConnector) -> None:
 
     try:
         VllmSchedulerReplay([RequestSpec("probe", tokens(1, 8), tokens(2, 1))], TINY,
-                            ConnectorLoad(connector.source, connector.preset, connector.disabled)).close()
+                            ConnectorLoad(connector.source, connector.preset, connector.disabled),
+                            step_bound_s=connector.step_bound_s).close()
     except Exception as error:  # noqa: BLE001 - whatever stops it from starting is the verdict
         frames = connector_frames(error)
         connector.probe.failure = START_PREFIX + one_line(error, frames)

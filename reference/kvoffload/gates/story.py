@@ -53,7 +53,7 @@ def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache
             forget_free_blocks(scheduler.kv_cache_manager.block_pool)
 
     built = VllmSchedulerReplay(requests, config, ConnectorLoad(connector.source, connector.preset, connector.disabled),
-                                on_step=on_step, max_steps=MAX_STEPS)
+                                on_step=on_step, max_steps=MAX_STEPS, step_bound_s=connector.step_bound_s)
     replays.append(built)
     try:
         if reference_only and getattr(built.scheduler.connector, "core", None) is None:

@@ -24,18 +24,18 @@ import random
 import time
 from collections import defaultdict
 
-import numpy as np
 from vllm import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds
 from vllm.v1.request import Request, RequestStatus
 
 from kvoffload.core.types import ConfigError
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, ConnectorTimeout, StepBound, bound_methods, deadline
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for both engines
-from kvoffload.engine.record import PoisonedLoad, RunRecord
+from kvoffload.engine.record import RunRecord
 from kvoffload.engine.watchdog import ProgressWatchdog
 from kvoffload.vllm.build import (
     ConnectorLoad,
@@ -45,8 +45,9 @@ from kvoffload.vllm.build import (
     build_worker_side,
     release_worker_side,
 )
-from kvoffload.vllm.connector_parts import copy_hook, tracked_requests, transfer_handler, wait_for_unreported_copies
-from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, read_positions, write_positions
+from kvoffload.vllm.connector_parts import tracked_requests, transfer_handler, wait_for_unreported_copies
+from kvoffload.vllm.fake_worker import FakeWorker
+from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
 
@@ -69,9 +70,11 @@ UNMEASURED = ("fence_violations", *STORE_SUBMIT_DELAYS,
               "invariant_violations", "last_chunk_offloaded_rate")
 
 
-class VllmSchedulerReplay:
+class VllmSchedulerReplay(FakeWorker):
     def __init__(self, requests, engine: EngineConfig, load: ConnectorLoad, *, transfer: str = "stepped",
-                 on_step=None, max_steps: int | None = None, reset_cache_at=()):
+                 on_step=None, max_steps: int | None = None, reset_cache_at=(),
+                 step_bound_s: float | None = DEFAULT_STEP_BOUND_S):
+        self.bound = StepBound(step_bound_s)  # a connector call that never returns stops the run, named
         self.engine = engine
         self._reset_at = frozenset(reset_cache_at)  # a workload's [resets], as the simulator's
         self.load = load
@@ -84,15 +87,18 @@ class VllmSchedulerReplay:
         self.config = build_vllm_config(engine, load.transfer_config(engine, transfer),
                                         longest + engine.spec_tokens + engine.block_size, load)
         kv_cache_config = build_kv_cache_config(self.config, engine)
-        self.scheduler = build_scheduler(self.config, kv_cache_config)
         family = load.family
-        try:
-            self.kv_caches, self.worker = build_worker_side(
-                self.config, kv_cache_config, family.standins if family is not None else None,
-                engine.store_completion_steps)
-        except BaseException:
-            self.scheduler.shutdown()
-            raise
+        self.bound.calls.stack.append(("the connector's construction and register_kv_caches", None))
+        with self.bound.start():
+            self.scheduler = build_scheduler(self.config, kv_cache_config)
+            try:
+                self.kv_caches, self.worker = build_worker_side(
+                    self.config, kv_cache_config, family.standins if family is not None else None,
+                    engine.store_completion_steps)
+            except BaseException:
+                self.scheduler.shutdown()
+                raise
+        self.bound.calls.stack.clear()
         self.cells = FingerprintCells(self.kv_caches)
         self.tables = BlockTables()
         self.record = RunRecord()
@@ -103,6 +109,8 @@ class VllmSchedulerReplay:
         timed_methods(connector, SCHEDULER_CALLS, self._timings)
         timed_methods(self.worker, WORKER_CALLS, self._timings)
         self.ledger.attach(connector)  # outside the timing: its own cost is not the connector's
+        bound_methods(connector, SCHEDULER_CALLS, self.bound.calls)  # which call a hang is in
+        bound_methods(self.worker, WORKER_CALLS, self.bound.calls)
         self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
         handler = transfer_handler(self.worker)
         if handler is not None:
@@ -138,19 +146,9 @@ class VllmSchedulerReplay:
         gc.collect()
         gc.freeze()
         started = time.perf_counter()
-        idle = 0
         try:
-            while (self._arrivals or self.scheduler.has_requests() or self._pending is not None
-                   or wait_for_unreported_copies(self.worker)):
-                if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
-                    self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
-                    break
-                if self.record.livelock is not None:
-                    break
-                progressed = self._one_step() or wait_for_unreported_copies(self.worker)
-                idle = 0 if progressed or self._arrivals else idle + 1
-                if self.on_step is not None:
-                    self.on_step(self._step, len(self._finished))
+            with self.bound.watching():
+                self._loop()
         except ConfigError:
             raise
         except Exception as error:  # noqa: BLE001 - whatever a connector raises is its crash (engine/crashes.py)
@@ -159,6 +157,21 @@ class VllmSchedulerReplay:
             gc.unfreeze()
         self._finish_record(time.perf_counter() - started)
         return self.record
+
+    def _loop(self) -> None:
+        idle = 0
+        while (self._arrivals or self.scheduler.has_requests() or self._pending is not None
+               or wait_for_unreported_copies(self.worker)):
+            if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
+                self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
+                break
+            if self.record.livelock is not None:
+                break
+            self.bound.at(self._step)
+            progressed = self._one_step() or wait_for_unreported_copies(self.worker)
+            idle = 0 if progressed or self._arrivals else idle + 1
+            if self.on_step is not None:
+                self.on_step(self._step, len(self._finished))
 
     def _one_step(self) -> bool:
         step = self._step
@@ -227,105 +240,6 @@ class VllmSchedulerReplay:
                 index -= 1
             self._arrivals.insert(index, (arrival, self._order, child))
 
-    # ---- the fake worker ----------------------------------------------------------------------
-
-    def _execute(self, step: int, scheduler_output):
-        worker, bs = self.worker, self.engine.block_size
-        meta = scheduler_output.kv_connector_metadata
-        self.store_delays.step = step
-        worker.handle_preemptions(meta)  # may submit the previous step's deferred stores
-        computed = self.tables.update(scheduler_output)
-        self.store_delays.allocated(scheduler_output)
-        worker.bind_connector_metadata(meta)
-        writes, accepted = [], {}
-        self._written_ends = []
-        drafts_of = scheduler_output.scheduled_spec_decode_tokens
-        fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
-        fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
-        in_flight = self._in_flight(fresh)
-        for req_id, count in scheduler_output.num_scheduled_tokens.items():
-            produced, rejected = in_flight.get(req_id, (0, 0))
-            sequence, start = self._sequences[req_id], computed[req_id] - rejected
-            drafts = len(drafts_of.get(req_id, ()))
-            real = count - drafts
-            values = sequence.written(start, real)
-            if drafts:  # a request admitted this step has padding, never accepted (pad_spec_decode)
-                accepted[req_id] = 0 if req_id in fresh else self._accepted_drafts(req_id, drafts, produced)
-                values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
-                    start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
-            writes.append((self.tables.tables[req_id], start, values))
-            self._written_ends.append((req_id, start + real))
-            self.store_delays.written(step, self.tables.tables[req_id], start, start + real + accepted.get(req_id, 0))
-            self.record.scheduled_tokens += count
-        write_positions(self.cells, writes, bs)
-        worker.start_load_kv(None)
-        worker.wait_for_save()
-        copy_hook(worker)()
-        _, recving = worker.get_finished(scheduler_output.finished_req_ids)
-        # Failed loads' blocks travel with the pass that reports the load, as vLLM's runner
-        # carries them (kv_connector_model_runner_mixin.py): its scheduler recomputes them or
-        # fails the request (kv_load_failure_policy), so their garbage is never read.
-        invalid = worker.get_block_ids_with_load_errors()
-        for req_id in sorted(recving or ()):
-            self._check_load(step, req_id, invalid)
-        kv_output = KVConnectorOutput(finished_recving=recving or None, invalid_block_ids=invalid,
-                                      kv_connector_worker_meta=worker.build_connector_worker_meta())
-        worker.clear_connector_metadata()
-        req_ids = list(scheduler_output.num_scheduled_tokens)
-        output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                   sampled_token_ids=[], logprobs=None, prompt_logprobs_dict={}, pooler_output=[],
-                                   kv_connector_output=kv_output)
-        # Which requests sample is fixed now (a partial prefill chunk does not).
-        samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
-        return step, scheduler_output, output, samples, accepted
-
-    def _in_flight(self, fresh: set[str]) -> dict[str, tuple[int, int]]:
-        """Async: per request scheduled again, the tokens the step still in flight produces and
-        the drafts it rejected. The scheduler counted those drafts as computed; vLLM's GPU model
-        runner corrects its positions by the previous step's rejections
-        (``GPUModelRunner._update_states``, ``prev_num_draft_len``)."""
-        if self._pending is None:
-            return {}
-        _, previous, _, samples, accepted = self._pending
-        drafts = previous.scheduled_spec_decode_tokens
-        return {req_id: (accepted.get(req_id, 0) + 1, len(drafts.get(req_id, ())) - accepted.get(req_id, 0))
-                for req_id in samples if req_id not in fresh}
-
-    def _accepted_drafts(self, req_id: str, drafts: int, in_flight: int) -> int:
-        """The workload's scripted acceptance (else the seeded model), capped so that the bonus
-        token stays inside the script, counting the ``in_flight`` tokens of the step not yet
-        processed (the simulator's rule, ``LiveRequest.accepted_drafts``)."""
-        spec, request = self.specs[req_id], self._requests[req_id]
-        counts = spec.accept_counts
-        if counts:
-            accepted = counts[self._spec_steps[req_id] % len(counts)]
-        else:
-            accepted = 0
-            while accepted < drafts and self.rng.random() < self.engine.spec_acceptance:
-                accepted += 1
-        self._spec_steps[req_id] += 1
-        return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - in_flight - 1))
-
-    def _check_load(self, step: int, req_id: str, invalid: set[int]) -> None:
-        """The load landed: every slot it wrote must hold the fingerprint of its true prefix,
-        unless the worker reported its blocks failed (vLLM does not count them computed)."""
-        claim = self.ledger.pending_loads.pop(req_id, None)
-        if claim is None:
-            return
-        start, end = claim
-        bs = self.engine.block_size
-        table = self.scheduler.kv_cache_manager.get_block_ids(req_id)[0]
-        if invalid.intersection(table[start // bs:-(-end // bs)]):
-            return
-        self.checked_load_tokens += end - start
-        held = read_positions(self.cells, table, start, end, self.engine.block_size)
-        bad = (held != self._sequences[req_id].fingerprints[start:end]).any(axis=0)
-        if bad.any():
-            tpc = self.engine.tokens_per_chunk
-            chunks = (np.nonzero(bad)[0] + start) // tpc
-            for chunk in sorted(set(chunks.tolist())):
-                self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, int((chunks == chunk).sum())))
-
     # ---- update_from_output -------------------------------------------------------------------
 
     def _update(self, step: int, scheduler_output, output, samples, accepted) -> None:
@@ -377,12 +291,18 @@ class VllmSchedulerReplay:
 
     def close(self) -> None:
         """Stop both sides of the connector (the worker's copy threads and buffers): after a run,
-        or instead of one (a gate story skipped once the replay is built)."""
+        or instead of one (a gate story skipped once the replay is built). A connector that fails
+        to stop, or never stops, must not hide the run's result."""
         try:
-            self.scheduler.shutdown()
-        except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
+            with deadline(self.bound.seconds, lambda: "the connector's shutdown did not return"):
+                self.scheduler.shutdown()
+        except Exception:  # noqa: BLE001
             pass
-        release_worker_side(self.worker)
+        try:
+            with deadline(self.bound.seconds, lambda: "the connector's worker shutdown did not return"):
+                release_worker_side(self.worker)
+        except ConnectorTimeout:
+            pass
 
     def unmeasured(self) -> tuple[str, ...]:
         """UNMEASURED, plus what this connector does not expose: lifecycle violations are the
