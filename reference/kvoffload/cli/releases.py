@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import kvoffload
+from kvoffload.choice import FOREIGN
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_file
 from kvoffload.engine.set_order import HASH_SEED
@@ -36,6 +37,8 @@ from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, S
 from kvoffload.results import git_commit, write_atomic
 
 DEFAULT_OUT = DEFAULT_ROOT / "releases" / "releases.json"
+CONNECTORS_OUT = DEFAULT_ROOT / "releases" / "connectors.json"
+CONNECTOR_FAMILIES = ("stock", *FOREIGN)
 
 
 def register(sub) -> None:
@@ -50,10 +53,18 @@ def register(sub) -> None:
                              "does not measure are kept (benchmarks/publish --releases writes the committed one)")
     parser.add_argument("--timeout", action=Once, type=int, default=3600, metavar="S",
                         help="seconds one release's replays may take in all (default 3600)")
+    parser.add_argument("--connector", action="append", metavar="NAME", choices=CONNECTOR_FAMILIES,
+                        help="the connector x release matrix instead: these connector families (repeatable: "
+                             f"{', '.join(CONNECTOR_FAMILIES)}) in every release, no preset beside them "
+                             f"(default --out {CONNECTORS_OUT})")
     parser.set_defaults(handler=_cmd_releases)
 
 
 def _cmd_releases(args: argparse.Namespace) -> int:
+    if args.connector:
+        from kvoffload.cli.releases_family import cmd_connector_matrix
+
+        return cmd_connector_matrix(args)
     releases = args.release or list(RELEASES)
     for release in releases:
         if release not in RELEASES:
@@ -165,7 +176,7 @@ def _earlier_entries(out: Path) -> list[dict]:
 
 
 def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int,
-                  preset: str | None = None) -> tuple[list[dict], float]:
+                  preset: str | None = None, connector: str | None = None) -> tuple[list[dict], float]:
     """The release's rows, from its own venv; a release that dies or hangs is a usage-level
     failure of this command (one line), not a row."""
     python = Path(venv_name(release)) / "bin" / "python"
@@ -173,7 +184,7 @@ def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int,
     env = {**os.environ, "PYTHONHASHSEED": str(HASH_SEED), "VLLM_LOGGING_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     command = [str(python), "-m", "kvoffload.vllm.rows", *(("--preset", preset) if preset else ()),
-               *(f"{w}:{s}" for w, s in jobs)]
+               *(("--connector", connector) if connector else ()), *(f"{w}:{s}" for w, s in jobs)]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)

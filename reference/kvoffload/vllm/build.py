@@ -36,7 +36,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from kvoffload.choice import REFERENCE, STOCK, check_source
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
-from kvoffload.vllm.compat import allocate_kv_caches, use_kv_cache_layout
+from kvoffload.vllm.compat import allocate_kv_caches, own_storage_per_layer, use_kv_cache_layout
 from kvoffload.vllm.settings import refuse_unhonoured
 
 TINY_MODEL_DIR = Path(__file__).with_name("tiny_llama")
@@ -229,7 +229,7 @@ def build_worker_side(config: VllmConfig, kv_cache_config, standins=None, comple
     try:
         with set_current_vllm_config(config), active(timeline):
             connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
-            connector.register_kv_caches(kv_caches)
+            connector.register_kv_caches(kv_caches if patches is None else own_storage_per_layer(kv_caches))
     except BaseException:
         if patches is not None:
             patches.undo()

@@ -42,6 +42,13 @@ def wait_for_unreported_copies(worker) -> bool:
     return True
 
 
+def block_copy_backend(worker):
+    """SimpleCPU's copy backend (``worker_handler._backend``: stores and loads of single blocks),
+    else None."""
+    backend = getattr(getattr(worker, "worker_handler", None), "_backend", None)
+    return backend if hasattr(backend, "launch_copy") else None
+
+
 def transfer_handler(worker):
     handler = getattr(getattr(worker, "worker", None), "handler", None)  # KVOffloadConnector
     if handler is None:  # vLLM's OffloadingConnector with the torch-copy spec

@@ -41,6 +41,7 @@ from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for every engine
 from kvoffload.engine.record import RunRecord
 from kvoffload.engine.set_order import HASH_SEED, process_hash_seed_is
+from kvoffload.vllm.build import ConnectorLoad
 from kvoffload.vllm.geometry import ModelChoice, engine_geometry
 from kvoffload.vllm.llm_start import OFF, shut_down, start_engine, transfer_config
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
@@ -80,10 +81,12 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
         bound = StepBound(step_bound_s)
         bound.calls.stack.append(("vLLM's engine start (the connector's construction and register_kv_caches)", None))
         try:
+            family = ConnectorLoad(source).family if source != OFF else None
             with bound.start():
                 llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset,
                                                                                  disabled),
-                                                  min(longest + slack, model.max_model_len), Path(weights_dir))
+                                                  min(longest + slack, model.max_model_len), Path(weights_dir),
+                                                  family.standins if family is not None else None)
         except ConfigError:
             raise
         except Exception as error:  # noqa: BLE001 - the connector could not be built or registered

@@ -155,3 +155,17 @@ class StoreSubmitDelays:
             return submit(job)
 
         handler.submit_store = observed
+
+    def attach_block_copies(self, backend) -> None:
+        """A connector that stores single blocks through a copy backend (SimpleCPU's
+        ``DmaCopyBackend.launch_copy(src_blocks, dst_blocks, is_store, ...)``): each stored GPU
+        block counts as one chunk."""
+        launch = backend.launch_copy
+
+        def observed(src_blocks, dst_blocks, is_store, *args, **kwargs):
+            if is_store:
+                full_at = self._full_at
+                self.record.store_submit_delays.extend(self.step - full_at.get(int(b), self.step) for b in src_blocks)
+            return launch(src_blocks, dst_blocks, is_store, *args, **kwargs)
+
+        backend.launch_copy = observed

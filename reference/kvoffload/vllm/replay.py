@@ -45,7 +45,8 @@ from kvoffload.vllm.build import (
     build_worker_side,
     release_worker_side,
 )
-from kvoffload.vllm.connector_parts import tracked_requests, transfer_handler, wait_for_unreported_copies
+from kvoffload.vllm.connector_parts import (block_copy_backend, tracked_requests, transfer_handler,
+                                            wait_for_unreported_copies)
 from kvoffload.vllm.fake_worker import FakeWorker
 from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
@@ -112,9 +113,11 @@ class VllmSchedulerReplay(FakeWorker):
         bound_methods(connector, SCHEDULER_CALLS, self.bound.calls)  # which call a hang is in
         bound_methods(self.worker, WORKER_CALLS, self.bound.calls)
         self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
-        handler = transfer_handler(self.worker)
+        handler, backend = transfer_handler(self.worker), block_copy_backend(self.worker)
         if handler is not None:
             self.store_delays.attach(handler)
+        elif backend is not None:
+            self.store_delays.attach_block_copies(backend)
         init_none_hash(sha256)
         self._hasher = get_request_block_hasher(engine.block_size, sha256)
         self._arrivals: list[tuple[int, int, str]] = sorted(
@@ -311,7 +314,8 @@ class VllmSchedulerReplay(FakeWorker):
         extra = () if getattr(connector, "core", None) is not None else ("lifecycle_violations",)
         if tracked_requests(connector) is None:
             extra += ("leaked_requests",)
-        measured = () if transfer_handler(self.worker) is None else STORE_SUBMIT_DELAYS  # observe.py
+        copies = transfer_handler(self.worker) or block_copy_backend(self.worker)
+        measured = () if copies is None else STORE_SUBMIT_DELAYS  # observe.py
         return tuple(name for name in UNMEASURED if name not in measured) + extra
 
     @property
