@@ -153,3 +153,14 @@ def test_the_torch_facade_changes_only_streams_and_events():
     assert facade.cuda.Stream is streams.Stream and facade.Event is streams.Event
     assert facade.zeros is torch.zeros and facade.int8 is torch.int8 and facade.cuda.is_available is torch.cuda.is_available
     assert facade.cuda.Stream.priority_range() == (0, 0)
+
+
+def test_finish_all_asks_for_one_more_step_to_report_what_it_completed(timeline):
+    """At a run's end the replay waits for the copies (finish_all) and steps once more, so that
+    the connector polls the events it completed; then there is nothing left."""
+    gpu, cpu = regions()
+    dma.copy_blocks([1], [1], dma.build_params(gpu, cpu, streams.Stream()))
+    assert timeline.finish_all()  # landed and completed now
+    assert timeline.finish_all()  # ... and reported only by the next step's poll
+    timeline.after_forward()
+    assert not timeline.finish_all()

@@ -45,6 +45,7 @@ class CopyTimeline:
         self._streams: list[StreamQueue] = []
         self.copies_landed = 0
         self.pinned_bytes = 0  # host memory the connector pinned (the pinning stand-in)
+        self._finished_unpolled = False  # finish_all completed copies no step has polled yet
 
     def new_stream(self) -> StreamQueue:
         queue = StreamQueue(f"stream {len(self._streams)}")
@@ -65,6 +66,7 @@ class CopyTimeline:
         """The step's forward has written its KV: every queued copy lands now, in submission
         order, and the copies whose completion falls due complete."""
         self.step += 1
+        self._finished_unpolled = False  # this step's poll sees them
         pending = sorted((entry[0], stream) for stream in self._streams for entry in stream.queued)
         for seq, stream in pending:
             self._land_through(stream, seq)
@@ -86,12 +88,15 @@ class CopyTimeline:
         return any(stream.queued or stream.landed for stream in self._streams)
 
     def finish_all(self) -> bool:
-        """Land and complete every copy (the replay has nothing else to do but wait for them);
-        False when there was nothing to wait for."""
+        """Land and complete every copy (the replay has nothing else to do but wait for them).
+        True when there was something to wait for, and once more on the next call: the connector
+        learns of a completion only when it next polls its events, in the replay's next step."""
         if not self.unfinished():
-            return False
+            reported, self._finished_unpolled = self._finished_unpolled, False
+            return reported
         for stream in self._streams:
             self.synchronize(stream, stream.last_seq)
+        self._finished_unpolled = True
         return True
 
     def _land_through(self, stream: StreamQueue, seq: int) -> None:
