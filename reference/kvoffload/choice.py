@@ -15,19 +15,24 @@ REFERENCE = "reference"  # kvoffload.vllm.connector
 FOREIGN: dict[str, str] = {
     "simple-cpu": "vLLM's SimpleCPUOffloadConnector, eager offload (CPU stand-ins for its GPU calls)",
     "simple-cpu-lazy": "vLLM's SimpleCPUOffloadConnector, lazy offload (lazy_offload)",
+    "example": "vLLM's ExampleConnector: each prompt's KV to disk, under the run's output folder",
+    "peer": "a remote-prefill peer (kvoffload.vllm.peer) for composed connectors: serves requests remote-*",
 }
-SOURCES_HELP = f"stock, reference, {', '.join(FOREIGN)} or MODULE:CLASS"
+COMPOSED = "A+B"  # vLLM's MultiConnector of A and B, each any source above (e.g. stock+example)
+SOURCES_HELP = f"stock, reference, {', '.join(FOREIGN)}, MODULE:CLASS, or A+B (MultiConnector)"
 
 
 def check_source(source: str, preset: str | None = None, disabled: tuple[str, ...] = ()) -> None:
     """A ConfigError unless ``source`` names a connector vLLM can load (stock, reference, a
     foreign connector's name or MODULE:CLASS) and the preset and disabled fixes apply to it. Needs no vLLM: the gates' plugin
     checks its options with it before pytest collects a gate (which imports vLLM)."""
-    if source not in (STOCK, REFERENCE, *FOREIGN):
-        module, sep, name = source.partition(":")
-        if not sep or not module or not name.isidentifier():
-            raise ConfigError(f"--connector expects {SOURCES_HELP}, got {source!r}")
-    if source != REFERENCE and ":" not in source and (preset or disabled):
+    for part in source.split("+"):
+        if part not in (STOCK, REFERENCE, *FOREIGN):
+            module, sep, name = part.partition(":")
+            if not sep or not module or not name.isidentifier():
+                raise ConfigError(f"--connector expects {SOURCES_HELP}, got {source!r}")
+    reference_part = any(part == REFERENCE or ":" in part for part in source.split("+"))
+    if not reference_part and (preset or disabled):
         raise ConfigError(f"presets and disabled fixes apply to the reference connector, not to {source}")
 
 
@@ -41,18 +46,26 @@ class ConnectorChoice:
     preset: str | None = None
     source: str = "reference"
     disabled: tuple[str, ...] = ()
+    storage_dir: str | None = None  # where a disk connector keeps its files (None: a temporary folder)
 
     @classmethod
     def build(cls, preset: str | None = None, disabled: tuple[str, ...] = (),
               source: str = "reference") -> "ConnectorChoice":
         fixes = Fixes.preset(preset) if preset else Fixes()
         fixes = fixes.without(*disabled)
-        label = preset or ("reference" if source == REFERENCE else f"vllm-{source}" if source in (STOCK, *FOREIGN)
-                           else source)
+        known = all(part in (STOCK, *FOREIGN) for part in source.split("+"))
+        label = preset or ("reference" if source == REFERENCE else f"vllm-{source}" if known else source)
         if disabled:
             label += "".join(f" -{name}" for name in disabled)
         return cls(label=label, fixes=fixes, preset=preset, source=source, disabled=tuple(disabled))
 
     def describe(self) -> dict:
-        return {"name": self.source, "label": self.label, "preset": self.preset,
-                "fixes": self.fixes.as_dict(), "disabled": list(self.fixes.disabled())}
+        described = {"name": self.source, "label": self.label, "preset": self.preset,
+                     "fixes": self.fixes.as_dict(), "disabled": list(self.fixes.disabled())}
+        if self.storage_dir is not None:
+            described["storage_dir"] = self.storage_dir
+        return described
+
+    def load(self) -> tuple:
+        """What a vLLM engine builds the connector from (``kvoffload.vllm.build.ConnectorLoad``)."""
+        return (self.source, self.preset, self.disabled, self.storage_dir)

@@ -45,11 +45,16 @@ COVERED_BY: dict[str, str] = {
     "K30": "TestK08CompletionForAnAbortedRequest: aborts while loading and storing release everything",
 }
 
+# Gated in vLLM's scheduler only (kvoffload.gates): the simulator runs one connector per engine.
+VLLM_ONLY: dict[str, str] = {
+    "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
+           "peer); the simulator runs one connector per engine",
+}
+
 # Needs something this project does not model: one line each, no test that cannot fail.
 NO_GATE: dict[str, str] = {
     "K12": "needs a real GPU and copy streams; the CPU model copies after the forward on purpose, and "
            "tests/worker/test_cuda.py checks stream ordering where a GPU exists",
-    "K13": "MultiConnector / P-D composition is not modelled (one connector per engine)",
     "K15": "sliding-window KV groups are not modelled (one full-attention group)",
     "K16": "sliding-window KV groups are not modelled",
     "K17": "hybrid models and EAGLE/MTP drafter groups are not modelled",

@@ -60,24 +60,44 @@ TINY_CONTEXT = 65536
 class ConnectorLoad:
     """How vLLM loads the connector under test: ``stock`` (vLLM's OffloadingConnector with the
     torch-copy spec), ``reference`` (``kvoffload.vllm.connector``), a foreign connector's name or
-    class path (``foreign.py``: its own options, CPU stand-ins for its GPU calls) or
-    ``MODULE:CLASS`` (any connector class; it receives the reference connector's options)."""
+    class path (``foreign.py``: its own options, CPU stand-ins for its GPU calls), ``MODULE:CLASS``
+    (any connector class; it receives the reference connector's options), or ``A+B``: vLLM's
+    ``MultiConnector`` of each part, in that order. ``storage_dir``: the folder a disk connector
+    keeps its files in."""
 
     source: str
     preset: str | None = None
     disabled: tuple[str, ...] = ()
+    storage_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_source(self.source, self.preset, self.disabled)
 
+    @property
+    def parts(self) -> tuple["ConnectorLoad", ...]:
+        """The composed connector's parts (one: this connector itself)."""
+        if "+" not in self.source:
+            return (self,)
+        return tuple(ConnectorLoad(part, self.preset if part == REFERENCE else None,
+                                   self.disabled if part == REFERENCE else (), self.storage_dir)
+                     for part in self.source.split("+"))
+
     def transfer_config(self, engine: EngineConfig, transfer: str) -> KVTransferConfig:
-        common = {"blocks_per_chunk": engine.blocks_per_chunk, "offload_prompt_only": engine.offload_prompt_only,
-                  "transfer": transfer, "completion_steps": engine.store_completion_steps}
+        if len(self.parts) > 1:
+            children = [{"kv_connector": c.kv_connector, "kv_role": c.kv_role,
+                         "kv_connector_extra_config": c.kv_connector_extra_config,
+                         **({"kv_connector_module_path": c.kv_connector_module_path}
+                            if c.kv_connector_module_path else {})}
+                        for c in (part.transfer_config(engine, transfer) for part in self.parts)]
+            return KVTransferConfig(kv_connector="MultiConnector", kv_role="kv_both",
+                                    kv_connector_extra_config={"connectors": children})
         family = self.family
         if family is not None:
             module, _, name = (self.source if ":" in self.source else family.class_path).partition(":")
             return KVTransferConfig(kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
-                                    kv_connector_extra_config=family.extra_config(engine))
+                                    kv_connector_extra_config=family.extra_config(engine, self.storage_dir))
+        common = {"blocks_per_chunk": engine.blocks_per_chunk, "offload_prompt_only": engine.offload_prompt_only,
+                  "transfer": transfer, "completion_steps": engine.store_completion_steps}
         if self.source == STOCK:
             from kvoffload.vllm.stock import SPEC_MODULE, SPEC_NAME
 
@@ -103,18 +123,45 @@ class ConnectorLoad:
 
     @property
     def family(self):
-        """The foreign connector family this source names (``foreign.py``), or None."""
+        """The foreign connector family this (single) source names (``foreign.py``), or None."""
         from kvoffload.vllm.foreign import family_of
 
-        return family_of(self.source)
+        return None if "+" in self.source else family_of(self.source)
 
     @property
     def refused(self) -> dict[str, str]:
-        """Engine settings this connector cannot honour (beyond the engine's own refusals)."""
+        """Engine settings this connector (any of its parts) cannot honour, beyond the engine's."""
         from kvoffload.vllm.settings import REFUSED_FOR_STOCK
 
-        family = self.family
-        return family.refused if family is not None else REFUSED_FOR_STOCK if self.source == STOCK else {}
+        refused: dict[str, str] = {}
+        for part in self.parts:
+            family = part.family
+            refused.update(family.refused if family is not None else REFUSED_FOR_STOCK if part.source == STOCK else {})
+        return refused
+
+    @property
+    def standins(self):
+        """What puts the CPU stand-ins in place for every part that needs them, or None."""
+        installers = [part.family.standins for part in self.parts
+                      if part.family is not None and part.family.standins is not None]
+        if not installers:
+            return None
+        return lambda: combined_patches(installers)
+
+    @property
+    def needs_storage(self) -> bool:
+        from kvoffload.vllm.foreign import WITH_STORAGE
+
+        return any(part.family is not None and part.family.name in WITH_STORAGE for part in self.parts)
+
+
+def combined_patches(installers):
+    from kvoffload.vllm.standins import Patches
+
+    combined = Patches()
+    for install in dict.fromkeys(installers):  # the same family twice: its names once
+        combined.merge(install())
+    return combined
 
 
 def block_bytes(block_size: int) -> int:

@@ -178,8 +178,8 @@ class KVOffloadConnector(KVConnectorBase_V1):
         return self.core.get_num_new_matched_tokens(self._view(request), num_computed_tokens)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
-        block_ids = blocks.get_block_ids()[0] if num_external_tokens else ()
-        self.core.update_state_after_alloc(self._view(request), block_ids, num_external_tokens)
+        # Every allocation reaches the fence, with external tokens or without (K13).
+        self.core.update_state_after_alloc(self._view(request), blocks.get_block_ids()[0], num_external_tokens)
 
     def build_connector_meta(self, scheduler_output) -> StepPlanMetadata:
         plan = self.core.build_connector_meta(project_scheduler_output(scheduler_output, self._step))

@@ -2,9 +2,15 @@
 or vLLM's OffloadingConnector over the torch-copy spec) or the stand-ins' copy timeline (a
 foreign connector's, ``standins/``), its "copy what was submitted" call, and the requests the
 scheduler half still tracks. Both vLLM replays (``replay``, ``llm_engine``) and the gate stories
-use them."""
+use them. A composed connector (vLLM's ``MultiConnector``) is read through its parts."""
 
 from __future__ import annotations
+
+
+def parts_of(connector) -> list:
+    """A MultiConnector's sub-connectors, in order; any other connector alone."""
+    parts = getattr(connector, "_connectors", None)
+    return list(parts) if isinstance(parts, list) and type(connector).__name__ == "MultiConnector" else [connector]
 
 
 def standin_timeline(worker):
@@ -15,14 +21,22 @@ def standin_timeline(worker):
 def copy_hook(worker):
     """The worker's 'copy what was submitted' call (stepped handlers, the stand-ins' timeline),
     or a no-op."""
+    hooks = []
     timeline = standin_timeline(worker)
     if timeline is not None:
-        return timeline.after_forward
-    hook = getattr(worker, "copy_submitted", None)
-    if hook is None:
-        inner = getattr(getattr(worker, "connector_worker", None), "worker", None)
-        hook = getattr(inner, "copy_submitted", None)
-    return hook or (lambda: None)
+        hooks.append(timeline.after_forward)
+    for part in parts_of(worker):
+        hook = getattr(part, "copy_submitted", None)
+        if hook is None:
+            inner = getattr(getattr(part, "connector_worker", None), "worker", None)
+            hook = getattr(inner, "copy_submitted", None)
+        if hook is not None:
+            hooks.append(hook)
+
+    def copy_all() -> None:
+        for hook in hooks:
+            hook()
+    return copy_all
 
 
 def wait_for_unreported_copies(worker) -> bool:
@@ -33,23 +47,31 @@ def wait_for_unreported_copies(worker) -> bool:
     longer) or ending with the request still tracked. vLLM's engine would keep stepping, in real
     time, until the copy lands; here the verdict never depends on a copy thread's timing."""
     timeline = standin_timeline(worker)
-    if timeline is not None:
-        return timeline.finish_all()
-    handler = transfer_handler(worker)
-    if handler is None or not getattr(handler, "unreported_jobs", 0):
-        return False
-    handler.wait_all()
-    return True
+    waited = timeline.finish_all() if timeline is not None else False
+    for part in parts_of(worker):
+        handler = _handler_of(part)
+        if handler is not None and getattr(handler, "unreported_jobs", 0):
+            handler.wait_all()
+            waited = True
+    return waited
 
 
 def block_copy_backend(worker):
     """SimpleCPU's copy backend (``worker_handler._backend``: stores and loads of single blocks),
     else None."""
-    backend = getattr(getattr(worker, "worker_handler", None), "_backend", None)
-    return backend if hasattr(backend, "launch_copy") else None
+    for part in parts_of(worker):
+        backend = getattr(getattr(part, "worker_handler", None), "_backend", None)
+        if hasattr(backend, "launch_copy"):
+            return backend
+    return None
 
 
 def transfer_handler(worker):
+    """The project's transfer handler a part of the worker copies through (the first), else None."""
+    return next((h for h in map(_handler_of, parts_of(worker)) if h is not None), None)
+
+
+def _handler_of(worker):
     handler = getattr(getattr(worker, "worker", None), "handler", None)  # KVOffloadConnector
     if handler is None:  # vLLM's OffloadingConnector with the torch-copy spec
         handler = getattr(getattr(getattr(worker, "connector_worker", None), "worker", None), "handler", None)
@@ -57,7 +79,12 @@ def transfer_handler(worker):
 
 
 def tracked_requests(connector) -> tuple[str, ...] | None:
-    """Requests the connector still tracks; None when it does not say."""
+    """Requests the connector (any of its parts) still tracks; None when none says."""
+    said = [ids for ids in map(_tracked_by, parts_of(connector)) if ids is not None]
+    return tuple(sorted(set().union(*said))) if said else None
+
+
+def _tracked_by(connector) -> tuple[str, ...] | None:
     core = getattr(connector, "core", None)
     if core is not None:
         return tuple(core.tracked_request_ids())

@@ -27,7 +27,7 @@ class VllmSchedulerEngine:
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         # trace: the jobs live inside each connector; this engine records none (absent, not empty)
         record, self.unmeasured = call_pinned(replay_unpinned, workload.requests, workload.engine,
-                                              (choice.source, choice.preset, choice.disabled), max_steps,
+                                              choice.load(), max_steps,
                                               workload.reset_cache_at, self.step_bound_s, on_step=on_step,
                                               bound_s=self.step_bound_s)
         return record  # this instance serves one replay (engines.engine_named)

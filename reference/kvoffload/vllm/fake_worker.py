@@ -8,6 +8,8 @@ worker connector, block tables, scripted sequences and record.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
@@ -45,8 +47,17 @@ class FakeWorker:
             self._written_ends.append((req_id, start + real))
             self.store_delays.written(step, self.tables.tables[req_id], start, start + real + accepted.get(req_id, 0))
             self.record.scheduled_tokens += count
+        context = self._forward_context()
+        # Loads a step's forward reads (a synchronous connector's) start before it, as vLLM's
+        # model runner starts them (has_sync_kv_loads, kv_connector_model_runner_mixin.py).
+        sync_first = bool(getattr(scheduler_output, "has_sync_kv_loads", False))
+        if sync_first:
+            worker.start_load_kv(context)
         write_positions(self.cells, writes, bs)
-        worker.start_load_kv(None)
+        for name, view in self.kv_caches.items():  # each attention layer hands its KV on after writing it
+            worker.save_kv_layer(name, view, context.attn_metadata[name])
+        if not sync_first:
+            worker.start_load_kv(context)
         worker.wait_for_save()
         copy_hook(worker)()
         _, recving = worker.get_finished(scheduler_output.finished_req_ids)
@@ -55,6 +66,9 @@ class FakeWorker:
         # fails the request (kv_load_failure_policy), so their garbage is never read.
         invalid = worker.get_block_ids_with_load_errors()
         for req_id in sorted(recving or ()):
+            self._check_load(step, req_id, invalid)
+        for req_id in sorted(self.ledger.sync_loads.intersection(scheduler_output.num_scheduled_tokens)):
+            self.ledger.sync_loads.discard(req_id)  # loaded in this step, before its forward
             self._check_load(step, req_id, invalid)
         kv_output = KVConnectorOutput(finished_recving=recving or None, invalid_block_ids=invalid,
                                       kv_connector_worker_meta=worker.build_connector_worker_meta())
@@ -66,6 +80,17 @@ class FakeWorker:
         # Which requests sample is fixed now (a partial prefill chunk does not).
         samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
         return step, scheduler_output, output, samples, accepted
+
+    def _forward_context(self):
+        """What a layer-wise connector reads of vLLM's forward context (``ForwardContext``): each
+        attention layer with its KV cache, and per-layer attention metadata (vLLM's own type
+        matters only to MLA connectors)."""
+        if getattr(self, "_context", None) is None:
+            self._context = SimpleNamespace(
+                attn_metadata={name: SimpleNamespace(layer=name) for name in self.kv_caches},
+                no_compile_layers={name: SimpleNamespace(kv_cache=view) for name, view in self.kv_caches.items()},
+                virtual_engine=0)
+        return self._context
 
     def _in_flight(self, fresh: set[str]) -> dict[str, tuple[int, int]]:
         """Async: per request scheduled again, the tokens the step still in flight produces and

@@ -1,6 +1,11 @@
 """Connectors the suite was not built from, as vLLM loads them: their transfer config, the CPU
 stand-ins their worker needs (``standins/``), and the engine settings they cannot honour.
 
+- ``example``  vLLM's ``ExampleConnector``: every new request's prompt KV to safetensors files,
+  loaded back synchronously; its files go to the run's storage folder (``storage_dir``)
+- ``peer``  a remote-prefill peer for composed connectors (``peer.py``)
+- ``A+B``  vLLM's ``MultiConnector`` of A and B (``ConnectorLoad``): ``stock+example``, and in gate
+  K13 ``X+peer`` for the connector under test X
 - ``simple-cpu``, ``simple-cpu-lazy``  vLLM's ``SimpleCPUOffloadConnector``
   (``vllm/v1/simple_kv_offload/``): its own manager on a CPU ``BlockPool``, eager (stores every
   confirmed block) or lazy (stores GPU blocks near eviction). Its worker calls CUDA streams and
@@ -31,7 +36,7 @@ SIMPLE_CPU_COPIES = "vllm.v1.simple_kv_offload.copy_backend"
 class Family:
     name: str
     class_path: str  # MODULE:CLASS
-    extra_config: Callable[[EngineConfig], dict]
+    extra_config: Callable[[EngineConfig, str | None], dict]  # (engine, storage folder) -> options
     standins: Callable[[], Patches] | None = None  # the worker's GPU calls replaced (None: it makes none)
     # engine setting -> why this connector cannot honour a value other than the default
     refused: dict[str, str] = field(default_factory=dict)
@@ -54,8 +59,8 @@ def simple_cpu_standins() -> Patches:
     return patches
 
 
-def _simple_cpu_extra(lazy: bool) -> Callable[[EngineConfig], dict]:
-    def extra(engine: EngineConfig) -> dict:
+def _simple_cpu_extra(lazy: bool) -> Callable[[EngineConfig, str | None], dict]:
+    def extra(engine: EngineConfig, storage_dir: str | None) -> dict:
         from kvoffload.vllm.build import block_bytes
 
         # Capacity in bytes (cpu_bytes_to_use): cpu_chunks chunks of blocks_per_chunk blocks. The
@@ -75,6 +80,13 @@ FAMILIES: dict[str, Family] = {
                  simple_cpu_standins, SIMPLE_CPU_REFUSED)
     for name in ("simple-cpu", "simple-cpu-lazy")
 }
+FAMILIES["example"] = Family(
+    "example", "vllm.distributed.kv_transfer.kv_connector.v1.example_connector:ExampleConnector",
+    lambda engine, storage_dir: {"shared_storage_path": storage_dir},
+    refused={"strict_lifecycle": "ExampleConnector keeps no lifecycle record to relax"})
+FAMILIES["peer"] = Family("peer", "kvoffload.vllm.peer:AsyncPeerConnector", lambda engine, storage_dir: {})
+# Families that keep files: a run gives them a folder of their own (never the repo or the cwd).
+WITH_STORAGE = ("example",)
 
 
 def family_of(source: str) -> Family | None:

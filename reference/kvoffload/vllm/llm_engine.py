@@ -73,7 +73,7 @@ class ModelRun:
 
 def run_on_model(requests, workload_engine: EngineConfig, source: str, model: ModelChoice, *, preset=None,
                  disabled=(), on_step=None, max_steps: int | None = None,
-                 step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> ModelRun:
+                 step_bound_s: float | None = DEFAULT_STEP_BOUND_S, storage_dir: str | None = None) -> ModelRun:
     engine = engine_geometry(workload_engine)
     longest = max(spec.num_prompt_tokens + spec.max_tokens for spec in requests)
     slack = engine.spec_tokens + engine.block_size  # follow-ups of aborted parents run shorter, never longer
@@ -81,12 +81,14 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
         bound = StepBound(step_bound_s)
         bound.calls.stack.append(("vLLM's engine start (the connector's construction and register_kv_caches)", None))
         try:
-            family = ConnectorLoad(source).family if source != OFF else None
+            load = ConnectorLoad(source) if source != OFF else None
+            if load is not None and load.needs_storage and storage_dir is None:
+                storage_dir = str(Path(weights_dir) / "kv-store")  # gone with the run's temporary folder
             with bound.start():
                 llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset,
-                                                                                 disabled),
+                                                                                 disabled, storage_dir),
                                                   min(longest + slack, model.max_model_len), Path(weights_dir),
-                                                  family.standins if family is not None else None)
+                                                  load.standins if load is not None else None)
         except ConfigError:
             raise
         except Exception as error:  # noqa: BLE001 - the connector could not be built or registered
@@ -333,9 +335,9 @@ def replay_pinned(requests, engine: EngineConfig, load: tuple, model: ModelChoic
                   on_step=None) -> tuple[ModelRun, ModelRun | None]:
     """One run with ``load`` (source, preset, disabled fixes), then, if wanted and the run did not
     crash, the oracle's offload-off run; ``VllmEngine`` calls it under the pinned hash seed."""
-    source, preset, disabled = load
+    source, preset, disabled, storage_dir = load
     run = run_on_model(requests, engine, source, model, preset=preset, disabled=disabled, on_step=on_step,
-                       max_steps=max_steps, step_bound_s=step_bound_s)
+                       max_steps=max_steps, step_bound_s=step_bound_s, storage_dir=storage_dir)
     if not want_baseline or run.record.crash is not None:
         return run, None
     return run, run_on_model(requests, engine, OFF, model, max_steps=max_steps, step_bound_s=step_bound_s)
@@ -374,7 +376,7 @@ class VllmEngine:
         key = (workload.name, workload.seed, str(workload.source))
         want_baseline = choice.source != OFF and self.oracle and key not in self.baselines
         run, baseline = call_pinned(replay_pinned, workload.requests, workload.engine,
-                                    (choice.source, choice.preset, choice.disabled), self.model, want_baseline,
+                                    choice.load(), self.model, want_baseline,
                                     max_steps, self.step_bound_s, on_step=on_step, bound_s=self.step_bound_s)
         self.last_run = run
         self.unmeasured = run.unmeasured  # this instance serves one replay (engines.engine_named)

@@ -12,26 +12,29 @@ from vllm.distributed.kv_transfer import kv_transfer_state
 from vllm.platforms import current_platform
 
 from kvoffload.engine.config import EngineConfig
-from kvoffload.vllm.build import HOST_PAGE, STOCK, ConnectorLoad
+from kvoffload.vllm.build import HOST_PAGE, STOCK_CLASS, ConnectorLoad
 from kvoffload.vllm.geometry import ModelChoice
 from kvoffload.vllm.weights import write_seeded_checkpoint
 
 OFF = "off"  # no connector and no prefix caching: the oracle's second run
 
 
-def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, preset=None, disabled=()):
+def transfer_config(source: str, engine: EngineConfig, model: ModelChoice, preset=None, disabled=(),
+                    storage_dir: str | None = None):
     """vLLM's KVTransferConfig for a connector (None for ``off``), as ``build.ConnectorLoad``
-    writes it, with real copies and the stock spec's capacity sized for this model's blocks."""
+    writes it, with real copies and each CPU tier's capacity sized for this model's blocks (the
+    parts of a composed connector each)."""
     if source == OFF:
         return None
-    load = ConnectorLoad(source, preset, tuple(disabled))
-    config = load.transfer_config(engine, "auto")
-    if load.family is not None:  # capacity in this model's bytes, as the vllm-scheduler replay sizes it
-        blocks = engine.cpu_chunks * engine.blocks_per_chunk
-        config.kv_connector_extra_config["cpu_bytes_to_use"] = blocks * model.block_bytes(engine.block_size)
-    if source == STOCK:
-        chunk = model.block_bytes(engine.block_size) * engine.blocks_per_chunk
-        config.kv_connector_extra_config["cpu_bytes_to_use"] = engine.cpu_chunks * (-(-chunk // HOST_PAGE) * HOST_PAGE)
+    config = ConnectorLoad(source, preset, tuple(disabled), storage_dir).transfer_config(engine, "auto")
+    for extra, name in [(config.kv_connector_extra_config, config.kv_connector),
+                        *((child["kv_connector_extra_config"], child["kv_connector"])
+                          for child in config.kv_connector_extra_config.get("connectors", ()))]:
+        if name == STOCK_CLASS:
+            chunk = model.block_bytes(engine.block_size) * engine.blocks_per_chunk
+            extra["cpu_bytes_to_use"] = engine.cpu_chunks * (-(-chunk // HOST_PAGE) * HOST_PAGE)
+        elif "cpu_bytes_to_use" in extra:  # SimpleCPU: cpu_chunks x blocks_per_chunk blocks
+            extra["cpu_bytes_to_use"] = engine.cpu_chunks * engine.blocks_per_chunk * model.block_bytes(engine.block_size)
     return config
 
 

@@ -19,8 +19,10 @@ arrives ``think_steps`` steps after the step that finished its parent.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import random
+import tempfile
 import time
 from collections import defaultdict
 
@@ -78,9 +80,13 @@ class VllmSchedulerReplay(FakeWorker):
         self.bound = StepBound(step_bound_s)  # a connector call that never returns stops the run, named
         self.engine = engine
         self._reset_at = frozenset(reset_cache_at)  # a workload's [resets], as the simulator's
-        self.load = load
         self.on_step = on_step
         self.max_steps = max_steps
+        self._storage = None  # a disk connector's folder when the caller gave none (gone at close)
+        if load.needs_storage and load.storage_dir is None:
+            self._storage = tempfile.TemporaryDirectory(prefix="kvoffload-kv-store-")
+            load = dataclasses.replace(load, storage_dir=self._storage.name)
+        self.load = load
         self.specs = {spec.req_id: spec for spec in requests}
         if len(self.specs) != len(requests):
             raise ConfigError("request ids must be unique")
@@ -88,14 +94,12 @@ class VllmSchedulerReplay(FakeWorker):
         self.config = build_vllm_config(engine, load.transfer_config(engine, transfer),
                                         longest + engine.spec_tokens + engine.block_size, load)
         kv_cache_config = build_kv_cache_config(self.config, engine)
-        family = load.family
         self.bound.calls.stack.append(("the connector's construction and register_kv_caches", None))
         with self.bound.start():
             self.scheduler = build_scheduler(self.config, kv_cache_config)
             try:
-                self.kv_caches, self.worker = build_worker_side(
-                    self.config, kv_cache_config, family.standins if family is not None else None,
-                    engine.store_completion_steps)
+                self.kv_caches, self.worker = build_worker_side(self.config, kv_cache_config, load.standins,
+                                                                engine.store_completion_steps)
             except BaseException:
                 self.scheduler.shutdown()
                 raise
@@ -306,6 +310,8 @@ class VllmSchedulerReplay(FakeWorker):
                 release_worker_side(self.worker)
         except ConnectorTimeout:
             pass
+        if self._storage is not None:
+            self._storage.cleanup()
 
     def unmeasured(self) -> tuple[str, ...]:
         """UNMEASURED, plus what this connector does not expose: lifecycle violations are the

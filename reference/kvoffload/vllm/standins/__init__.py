@@ -42,6 +42,11 @@ class Patches:
             self._saved.append((module, name, getattr(module, name)))
             setattr(module, name, value)
 
+    def merge(self, other: "Patches") -> None:
+        """Take over ``other``'s replacements (undone with this one's, newest first)."""
+        self._saved += other._saved
+        other._saved = []
+
     def undo(self) -> None:
         while self._saved:
             module, name, value = self._saved.pop()
