@@ -105,8 +105,8 @@ def test_f7_before_0_30_the_last_block_is_never_offloaded():
     assert (served, continuation.served) == ((4, False) if RELEASE < (0, 30, 0) else (8, True))
 
 
-def test_f8_the_lazy_cursor_resumes_at_the_tail_and_skips_the_queue(small_workload):
-    """F8. The lazy walk resumes after its cursor, a block it stored itself: the store's
+def test_f6_the_lazy_cursor_resumes_at_the_tail_and_skips_the_queue(small_workload):
+    """F6. The lazy walk resumes after its cursor, a block it stored itself: the store's
     completion freed that block again, to the tail of the free queue, and a cursor whose block is
     free passes the staleness check (``ref_cnt > 0`` only). Every block freed before it is never
     visited and is evicted unoffloaded: the last-block hit rate falls to 20 of 39 where eager
@@ -140,3 +140,18 @@ def test_f8_the_lazy_cursor_resumes_at_the_tail_and_skips_the_queue(small_worklo
         served[source] = (sum(c.served for c in eligible), len(eligible))
     assert served == {"simple-cpu": (39, 39), "simple-cpu-lazy": (20, 39)}
     assert sum(at_tail) > len(walks) / 2  # 255 of 377 walks with 0.32
+
+
+@pytest.mark.skipif(RELEASE < (0, 30, 0), reason="no finish-time store before 0.30 (F7)")
+def test_f8_beside_a_connector_without_hma_the_finish_time_store_is_lost():
+    """F8 (0.30+). K21's no-reset story: A (8 + 1) finishes in its prefill step, so only the
+    finish-time store carries its blocks. Alone, SimpleCPU serves B's 8 tokens; inside a
+    MultiConnector with ExampleConnector (no HMA support) vLLM calls request_finished, not
+    request_finished_all_groups, and SimpleCPU queues that store only in the latter."""
+    a = RequestSpec("A", tokens(1, 8), tokens(2, 1))
+    b = RequestSpec("B", tokens(1, 8) + tokens(3, 4), tokens(2, 1), arrival_step=6)
+    served = {}
+    for source in ("simple-cpu", "simple-cpu+example"):
+        record, _ = replay(GateConnector(source, None), [a, b], forget_gpu_cache_before=tuple(range(1, 7)))
+        served[source] = record.connector_hit_tokens_admitted
+    assert served == {"simple-cpu": 8, "simple-cpu+example": 0}
