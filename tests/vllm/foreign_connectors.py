@@ -77,3 +77,8 @@ class HangsConnector(KVOffloadConnector):
 
             threading.Event().wait()
         return super().get_num_new_matched_tokens(request, num_computed_tokens)
+
+
+class FakeLMCacheConnector(KVOffloadConnector):
+    """Named as LMCache's connectors are: on a machine without CUDA the suite refuses it in one
+    line (its KV path needs CUDA ops), before it could degrade to recompute quietly."""

@@ -90,3 +90,16 @@ def test_a_connector_that_never_returns_is_stopped_and_named(run_cli):
     assert "did not finish within 1 s: in get_num_new_matched_tokens for request " in message
     assert any("foreign_connectors.py" in frame and "threading.Event().wait()" in frame
                for frame in result["error"]["connector_frames"])
+
+
+def test_a_connector_known_to_need_a_gpu_is_one_line_on_a_cpu(run_cli):
+    """LMCache 0.5.6 on a CPU (its worker needs CUDA ops) degraded to recompute and served
+    nothing, silently; a connector named so is refused before it starts (checked by name)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("on a GPU machine LMCache runs")
+    code, result, _, err = run_cli("foreign_connectors:FakeLMCacheConnector")
+    assert code == 1 and result["error"]["could_not_start"]
+    assert err.strip().splitlines()[-1].endswith("LMCache has no CPU KV path for vLLM (its worker needs CUDA ops); "
+                                                 "on a CPU it degrades to recompute and serves nothing")

@@ -111,3 +111,29 @@ def family_of(source: str) -> Family | None:
         if isinstance(cls, type) and issubclass(cls, base):
             return FAMILIES[getattr(cls, "kvoffload_family", family.name)]
     return None
+
+
+class CannotRunHere(RuntimeError):
+    """A connector known to need a GPU for its KV path: its run here is one "could not start"
+    line, not a silent degradation."""
+
+
+# Connectors whose worker needs CUDA for the KV path itself (no stand-in can replace it without
+# replacing the connector): part of the module path or class name -> why, in one line.
+NEEDS_A_GPU = {
+    "lmcache": "LMCache has no CPU KV path for vLLM (its worker needs CUDA ops); on a CPU it degrades to "
+               "recompute and serves nothing",
+}
+
+
+def check_runs_here(source: str) -> None:
+    """CannotRunHere for a known GPU-only connector on a machine without CUDA."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for part in source.split("+"):
+        lowered = part.lower()
+        for marker, why in NEEDS_A_GPU.items():
+            if marker in lowered:
+                raise CannotRunHere(f"{part}: {why}")

@@ -42,6 +42,7 @@ from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuc
 from kvoffload.engine.record import RunRecord
 from kvoffload.engine.set_order import HASH_SEED, process_hash_seed_is
 from kvoffload.vllm.build import ConnectorLoad
+from kvoffload.vllm.foreign import check_runs_here
 from kvoffload.vllm.geometry import ModelChoice, engine_geometry
 from kvoffload.vllm.llm_start import OFF, shut_down, start_engine, transfer_config
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
@@ -82,6 +83,8 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
         bound.calls.stack.append(("vLLM's engine start (the connector's construction and register_kv_caches)", None))
         try:
             load = ConnectorLoad(source) if source != OFF else None
+            if load is not None:
+                check_runs_here(source)  # a GPU-only connector: one "could not start" line
             if load is not None and load.needs_storage and storage_dir is None:
                 storage_dir = str(Path(weights_dir) / "kv-store")  # gone with the run's temporary folder
             with bound.start():

@@ -50,6 +50,7 @@ from kvoffload.vllm.build import (
 from kvoffload.vllm.connector_parts import (block_copy_backend, tracked_requests, transfer_handler,
                                             wait_for_unreported_copies)
 from kvoffload.vllm.fake_worker import FakeWorker
+from kvoffload.vllm.foreign import check_runs_here
 from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
@@ -77,6 +78,7 @@ class VllmSchedulerReplay(FakeWorker):
     def __init__(self, requests, engine: EngineConfig, load: ConnectorLoad, *, transfer: str = "stepped",
                  on_step=None, max_steps: int | None = None, reset_cache_at=(),
                  step_bound_s: float | None = DEFAULT_STEP_BOUND_S):
+        check_runs_here(load.source)  # a GPU-only connector: one "could not start" line
         self.bound = StepBound(step_bound_s)  # a connector call that never returns stops the run, named
         self.engine = engine
         self._reset_at = frozenset(reset_cache_at)  # a workload's [resets], as the simulator's
