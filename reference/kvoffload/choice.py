@@ -18,8 +18,13 @@ FOREIGN: dict[str, str] = {
     "example": "vLLM's ExampleConnector: each prompt's KV to disk, under the run's output folder",
     "peer": "a remote-prefill peer (kvoffload.vllm.peer) for composed connectors: serves requests remote-*",
 }
+WITH_STORAGE = ("example",)  # foreign connectors that keep files: a run gives them a folder of their own
 COMPOSED = "A+B"  # vLLM's MultiConnector of A and B, each any source above (e.g. stock+example)
 SOURCES_HELP = f"stock, reference, {', '.join(FOREIGN)}, MODULE:CLASS, or A+B (MultiConnector)"
+
+
+def needs_storage(source: str) -> bool:
+    return any(part in WITH_STORAGE for part in source.split("+"))
 
 
 def check_source(source: str, preset: str | None = None, disabled: tuple[str, ...] = ()) -> None:

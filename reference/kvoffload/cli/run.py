@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shutil
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -15,7 +17,7 @@ from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import write_atomic
-from kvoffload.choice import SOURCES_HELP, ConnectorChoice
+from kvoffload.choice import SOURCES_HELP, ConnectorChoice, needs_storage
 from kvoffload.runner import RunOutcome, chrome_trace, replay_workload
 from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload
 
@@ -120,6 +122,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out = check_output_file("--out", DEFAULT_ROOT / "runs" / f"{slug(workload.name)}-{slug(choice.label)}"
                                 f"{engine_part}.json", create_parents=True)
         check_distinct(outputs + [("--out", out)])
+    if needs_storage(choice.source):  # a disk connector's files, beside the result, fresh for each run
+        choice = dataclasses.replace(choice, storage_dir=str(fresh_storage(out)))
     options = engine_options(args.engine, args.model, not args.no_oracle and args.connector != "off")
     outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None, max_steps=args.max_steps,
                      engine=args.engine, engine_options=options, step_bound_s=args.step_timeout)
@@ -145,6 +149,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"kvoffload: --strict: {', '.join(failures)}", file=sys.stderr)
         return 1
     return 0
+
+
+STORE_MARK = ".kvoffload-kv-store"  # the folder is a store this command made (and may empty)
+
+
+def fresh_storage(out: Path) -> Path:
+    """``<result>.kv-store/`` beside the result file, empty: a store an earlier run left is
+    emptied (its mark says it is one); any other folder of that name is refused."""
+    folder = out.with_name(out.stem + ".kv-store")
+    if folder.exists():
+        if not (folder / STORE_MARK).is_file():
+            raise UsageError(f"{folder} exists and is not a connector store of an earlier run: move it away")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    (folder / STORE_MARK).write_text("files of a disk connector, written by kvoffload run\n")
+    return folder
 
 
 def _positive_int(text: str) -> int:

@@ -17,9 +17,10 @@ from pathlib import PurePath
 
 MAX_FRAMES = 12  # the connector's innermost frames kept in the result file
 # Files whose frames are the replay's or vLLM's engine's, never a connector's (path parts).
-_HARNESS = (("kvoffload", "engine"), ("kvoffload", "vllm", "replay.py"), ("kvoffload", "vllm", "observe.py"),
+_HARNESS = (("kvoffload", "engine"), ("kvoffload", "vllm", "replay.py"), ("kvoffload", "vllm", "fake_worker.py"),
+            ("kvoffload", "vllm", "observe.py"), ("kvoffload", "vllm", "connector_parts.py"),
             ("kvoffload", "vllm", "llm_engine.py"), ("kvoffload", "vllm", "engine.py"),
-            ("kvoffload", "vllm", "pinned.py"), ("kvoffload", "vllm", "build.py"), ("kvoffload", "vllm", "bounded.py"),
+            ("kvoffload", "vllm", "pinned.py"), ("kvoffload", "vllm", "build.py"),
             ("kvoffload", "runner.py"), ("kvoffload", "gates"),
             ("vllm", "v1", "core", "sched"), ("vllm", "v1", "engine"), ("vllm", "v1", "worker"),
             ("vllm", "v1", "executor"), ("vllm", "entrypoints"), ("vllm", "utils"))

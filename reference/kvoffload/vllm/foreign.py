@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from kvoffload.choice import FOREIGN
+from kvoffload.choice import WITH_STORAGE  # noqa: F401 - families that keep files (one list, choice.py)
 from kvoffload.engine.config import EngineConfig
 from kvoffload.vllm.standins import Patches
 
@@ -85,8 +86,6 @@ FAMILIES["example"] = Family(
     lambda engine, storage_dir: {"shared_storage_path": storage_dir},
     refused={"strict_lifecycle": "ExampleConnector keeps no lifecycle record to relax"})
 FAMILIES["peer"] = Family("peer", "kvoffload.vllm.peer:AsyncPeerConnector", lambda engine, storage_dir: {})
-# Families that keep files: a run gives them a folder of their own (never the repo or the cwd).
-WITH_STORAGE = ("example",)
 
 
 def family_of(source: str) -> Family | None:
