@@ -32,7 +32,7 @@ def test_a_run_replaces_its_cells_and_keeps_the_others():
 
 
 def test_the_markdown_has_releases_down_and_connectors_across():
-    rows = [cell(row(), "stock", "c", 1), cell(row(last_block_hit_rate=0.5), "simple-cpu", "c", 1)]
+    rows = [cell(row(last_block_hit_rate=0.5), "simple-cpu", "c", 1), cell(row(), "stock", "c", 1)]
     lines = matrix_markdown(rows).splitlines()
     assert lines[0] == "| release | workload | sched | stock | simple-cpu |"
     assert lines[2].startswith("| 0.32.0 | multi-turn-small | sync | last-blk 1.000") and "last-blk 0.500" in lines[2]

@@ -103,7 +103,7 @@ def summary(entry: dict) -> str:
 
 def matrix_markdown(rows: list[dict], workloads: tuple[str, ...] | None = None) -> str:
     """Releases down, connectors across: one table row per release, workload and scheduling."""
-    connectors = list(dict.fromkeys(entry["connector"] for entry in rows))
+    connectors = sorted(dict.fromkeys(entry["connector"] for entry in rows), key=lambda c: (c != "stock", c))
     by_cell = {_key(entry): entry for entry in rows}
     lines = ["| release | workload | sched | " + " | ".join(connectors) + " |",
              "|---|---|---|" + "---|" * len(connectors)]
