@@ -10,7 +10,7 @@ from pathlib import Path
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
 from kvoffload.cli.bench_folders import default_out_dir, engine_folder, report_hint
-from kvoffload.cli.run import replay, slug
+from kvoffload.cli.run import add_step_timeout, replay, slug
 from kvoffload.core.fixes import FIX_NAMES, PRESETS
 from kvoffload.core.types import ConfigError
 from kvoffload.cli.findings import finding_lines
@@ -80,6 +80,7 @@ def register(sub) -> None:
     bench.add_argument("--workload", action=Once, choices=MODEL_WORKLOADS, metavar="NAME",
                        help="--engine vllm: this workload's -small version only (one of "
                             f"{', '.join(MODEL_WORKLOADS)}; default all three)")
+    add_step_timeout(bench)  # foreign code is bounded: a hang is that row's verdict, not the bench's end
     bench.set_defaults(handler=_cmd_bench)
 
 
@@ -122,7 +123,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     refused = []
     for index, (workload, engine, choice, path) in enumerate(plan):
         try:
-            outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine)
+            outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine,
+                             step_bound_s=args.step_timeout)
         except ConfigError as error:
             if choice not in extra:
                 raise

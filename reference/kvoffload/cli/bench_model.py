@@ -34,7 +34,8 @@ COLUMNS = (("output_tokens_per_s", "out tok/s"), ("total_tokens_per_s", "tot tok
            ("wall_seconds", "wall s"), ("engine_start_seconds", "start s"), ("tokens_per_s_modeled", "tok/s(mod)"))
 
 
-def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, *, on_step=None) -> tuple[list, dict]:
+def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, step_bound_s: float | None,
+                    *, on_step=None) -> tuple[list, dict]:
     """Every workload through the simulator and the four real-model runs; rows and oracles.
     ``cmd_model_bench`` runs it whole under the pinned hash seed (``kvoffload.vllm.pinned``), so
     every run shares one warmed process (``on_step``: that call's signature, unused)."""
@@ -57,7 +58,7 @@ def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, *
     rows, oracles = [], {}
     for index, ((workload, engine, choice), path) in enumerate(zip(plan, paths)):
         outcome = replay(workload, choice, quiet=quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine,
-                         engine_options=options if engine == VLLM else None)
+                         engine_options=options if engine == VLLM else None, step_bound_s=step_bound_s)
         write_atomic(path, outcome.result)
         label = f"sim {choice.label}" if engine == SIMULATOR else choice.label
         rows.append((workload.name, label, outcome.result["metrics"], outcome.failed))
@@ -114,7 +115,8 @@ def cmd_model_bench(args: argparse.Namespace, workloads, out_dir: Path) -> int:
     started = time.perf_counter()
     from kvoffload.vllm.pinned import call_pinned  # no vLLM import: the child imports it
 
-    rows, oracles = call_pinned(run_model_bench, workloads, out_dir, args.quiet, args.model)
+    rows, oracles = call_pinned(run_model_bench, workloads, out_dir, args.quiet, args.model, args.step_timeout,
+                                bound_s=args.step_timeout)
     elapsed = time.perf_counter() - started
     write_atomic(summary, {"schema": "kvoffload-bench/bench/v1", "seconds": round(elapsed, 1),
                            "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f,
