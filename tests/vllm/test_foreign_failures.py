@@ -103,3 +103,21 @@ def test_a_connector_known_to_need_a_gpu_is_one_line_on_a_cpu(run_cli):
     assert code == 1 and result["error"]["could_not_start"]
     assert err.strip().splitlines()[-1].endswith("LMCache has no CPU KV path for vLLM (its worker needs CUDA ops); "
                                                  "on a CPU it degrades to recompute and serves nothing")
+
+
+def test_a_release_row_of_a_connector_that_never_returns_is_stopped_and_named(monkeypatch, capsys):
+    """``releases`` replays in each release's venv (``python -m kvoffload.vllm.rows``, what
+    ``releases --step-timeout`` calls): the bound stops the hang there too, and the row names it."""
+    import json
+    import time
+
+    from kvoffload.vllm import rows
+
+    monkeypatch.syspath_prepend(str(HERE))
+    started = time.monotonic()
+    assert rows.main(["--connector", "foreign_connectors:HangsConnector", "--step-timeout", "1",
+                      "multi-turn-small:sync"]) == 0
+    assert time.monotonic() - started < 60
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert "did not finish within 1 s: in get_num_new_matched_tokens for request " in row["error"]["message"]
+    assert row["metrics"]["crashes"] == 1

@@ -28,6 +28,8 @@ from pathlib import Path
 import kvoffload
 from kvoffload.choice import FOREIGN
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
+from kvoffload.cli.run import add_step_timeout
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_file
 from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
@@ -57,6 +59,7 @@ def register(sub) -> None:
                         help="the connector x release matrix instead: these connector families (repeatable: "
                              f"{', '.join(CONNECTOR_FAMILIES)}) in every release, no preset beside them "
                              f"(default --out {CONNECTORS_OUT})")
+    add_step_timeout(parser)  # each replay's steps, in the release's own venv (the child process)
     parser.set_defaults(handler=_cmd_releases)
 
 
@@ -83,7 +86,7 @@ def _cmd_releases(args: argparse.Namespace) -> int:
     entries = []
     for release in releases:
         preset = known_preset(release)
-        rows, seconds = _release_rows(release, jobs, args.timeout)
+        rows, seconds = _release_rows(release, jobs, args.timeout, step_bound_s=args.step_timeout)
         compared = []
         for real in rows:
             key = (real["workload"], real["scheduling"], preset)
@@ -94,7 +97,8 @@ def _cmd_releases(args: argparse.Namespace) -> int:
         # Agreeing with the stock connector there, the preset is right and the schedulers differ.
         differing = [(row["workload"], row["scheduling"]) for row in compared if needs_second_pass(row)]
         if differing:
-            inside, more = _release_rows(release, differing, args.timeout, preset or "reference")
+            inside, more = _release_rows(release, differing, args.timeout, preset or "reference",
+                                         step_bound_s=args.step_timeout)
             seconds += more
             by_job = {(row["workload"], row["scheduling"]): row for row in inside}
             for row, real in zip(compared, rows):
@@ -175,8 +179,8 @@ def _earlier_entries(out: Path) -> list[dict]:
     return [entry for entry in earlier.get("releases", ()) if entry.get("release") in RELEASES]
 
 
-def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int,
-                  preset: str | None = None, connector: str | None = None) -> tuple[list[dict], float]:
+def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int, preset: str | None = None,
+                  connector: str | None = None, step_bound_s: float | None = None) -> tuple[list[dict], float]:
     """The release's rows, from its own venv; a release that dies or hangs is a usage-level
     failure of this command (one line), not a row."""
     python = Path(venv_name(release)) / "bin" / "python"
@@ -184,7 +188,10 @@ def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int,
     env = {**os.environ, "PYTHONHASHSEED": str(HASH_SEED), "VLLM_LOGGING_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     command = [str(python), "-m", "kvoffload.vllm.rows", *(("--preset", preset) if preset else ()),
-               *(("--connector", connector) if connector else ()), *(f"{w}:{s}" for w, s in jobs)]
+               *(("--connector", connector) if connector else ()),
+               # the child's default bound is the same constant: only another one is passed on
+               *(("--step-timeout", repr(step_bound_s)) if step_bound_s not in (None, DEFAULT_STEP_BOUND_S) else ()),
+               *(f"{w}:{s}" for w, s in jobs)]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)

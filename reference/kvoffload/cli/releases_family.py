@@ -44,7 +44,8 @@ def cmd_connector_matrix(args: argparse.Namespace) -> int:
     measured = []
     for release in releases:
         for connector in args.connector:
-            rows, seconds = _release_rows(release, jobs, args.timeout, connector=connector)
+            rows, seconds = _release_rows(release, jobs, args.timeout, connector=connector,
+                                          step_bound_s=args.step_timeout)
             measured += [cell(row, connector, commit, seconds / len(rows)) for row in rows]
             print(matrix_text([c for c in measured if c["release"] == release]), flush=True)
     with _locked(out.parent):

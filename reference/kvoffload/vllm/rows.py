@@ -30,13 +30,15 @@ import traceback
 
 import vllm
 
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.metrics import MODEL_METRICS, compute_metrics
 from kvoffload.vllm.build import REFERENCE, STOCK, ConnectorLoad
 from kvoffload.vllm.replay import VllmSchedulerReplay
 from kvoffload.workloads import load_workload
 
 
-def release_row(workload_name: str, scheduling: str, preset: str | None = None, source: str = STOCK) -> dict:
+def release_row(workload_name: str, scheduling: str, preset: str | None = None, source: str = STOCK,
+                step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> dict:
     """The stock connector's row; with ``preset``, the reference connector's with that preset
     instead (the same release's scheduler around it); with ``source``, that connector's."""
     row = {"release": vllm.__version__, "workload": workload_name, "scheduling": scheduling,
@@ -50,7 +52,8 @@ def release_row(workload_name: str, scheduling: str, preset: str | None = None, 
         row["overrides"] = {"offload_prompt_only": False}
     started = time.perf_counter()
     try:
-        replay = VllmSchedulerReplay(workload.requests, workload.engine, load, reset_cache_at=workload.reset_cache_at)
+        replay = VllmSchedulerReplay(workload.requests, workload.engine, load, reset_cache_at=workload.reset_cache_at,
+                                     step_bound_s=step_bound_s)
     except Exception as error:  # noqa: BLE001 - reported as the row's result, one line
         row["setup_error"] = f"{type(error).__name__}: {error}".splitlines()[0]
         row["traceback"] = traceback.format_exc(limit=-3)
@@ -95,17 +98,20 @@ def _observe_steps(replay: VllmSchedulerReplay) -> dict[str, list[int | None]]:
 def main(argv: list[str]) -> int:
     preset = control = None
     source = STOCK
-    while argv[:1] in (["--preset"], ["--control"], ["--connector"]) and len(argv) > 1:
+    step_bound_s = DEFAULT_STEP_BOUND_S
+    while argv[:1] in (["--preset"], ["--control"], ["--connector"], ["--step-timeout"]) and len(argv) > 1:
         if argv[0] == "--preset":
             preset = argv[1]
         elif argv[0] == "--connector":
             source = argv[1]
+        elif argv[0] == "--step-timeout":  # releases checked it: seconds above 0
+            step_bound_s = float(argv[1])
         else:
             control = argv[1]
         argv = argv[2:]
     if not argv:
         print("usage: python -m kvoffload.vllm.rows [--preset NAME|reference | --connector NAME] [--control NAME] "
-              "WORKLOAD:SCHEDULING ...", file=sys.stderr)
+              "[--step-timeout S] WORKLOAD:SCHEDULING ...", file=sys.stderr)
         return 2
     if control is not None:
         from kvoffload.core.types import ConfigError
@@ -118,7 +124,7 @@ def main(argv: list[str]) -> int:
             return 2
     for job in argv:
         name, _, scheduling = job.partition(":")
-        row = release_row(name, scheduling or "sync", preset, source)
+        row = release_row(name, scheduling or "sync", preset, source, step_bound_s)
         print(json.dumps({**row, "control": control} if control else row), flush=True)
     return 0
 
