@@ -1,0 +1,23 @@
+"""The bundled workloads (``workloads/*.toml``), the one list: ``kvoffload bench``, the gate,
+``kvoffload releases`` and the asv suite take theirs from here.
+
+Each comes in a full size and a ``-small`` one. A hybrid workload is a dense one replayed on a
+hybrid model (core/model.py): the same definition with ``[engine] model`` set, so its requests
+are its twin's, request for request.
+"""
+
+from __future__ import annotations
+
+DENSE_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode", "aborts-and-resets")
+# hybrid workload -> the dense workload whose requests it replays
+HYBRID_TWINS = {
+    "gpt-oss-multi-turn": "multi-turn",
+    "gpt-oss-spec-decode": "spec-decode",
+}
+HYBRID_WORKLOADS = tuple(HYBRID_TWINS)
+BUNDLED_WORKLOADS = DENSE_WORKLOADS + HYBRID_WORKLOADS
+
+
+def small(name: str) -> str:
+    """The test-size version of a bundled workload."""
+    return f"{name}-small"
