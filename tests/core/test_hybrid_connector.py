@@ -13,24 +13,15 @@ import pytest
 
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.hybrid import HybridConnectorScheduler, connector_scheduler
-from kvoffload.core.model import FULL, MODELS, GroupKind, KVCacheGroup, ModelDescription
 from kvoffload.core.request import Request
 from kvoffload.core.types import ConnectorConfig, RequestStatus, SchedulerOutput, TransferResult
 
 EOS = 50256
-SWA8 = ModelDescription("swa8", (FULL, KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=8)), "test size")
-
-
-@pytest.fixture(autouse=True)
-def swa8_model(monkeypatch):
-    monkeypatch.setitem(MODELS, "swa8", SWA8)
-
-
 class Groups:
     """A scripted engine for a two-group model."""
 
     def __init__(self, retention: int | None = 0, cpu_chunks: int = 32, fixes: Fixes | None = None):
-        self.config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=cpu_chunks, model="swa8",
+        self.config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=cpu_chunks, model="gpt-oss-tiny",
                                       prefix_cache_retention_interval=retention)
         self.connector = connector_scheduler(self.config, fixes or Fixes())
         self.requests: dict[str, Request] = {}

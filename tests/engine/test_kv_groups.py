@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.core.model import FULL, MODELS, GroupKind, KVCacheGroup, ModelDescription
 from kvoffload.core.types import NULL_BLOCK, RequestStatus
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import Engine
@@ -21,16 +20,8 @@ from kvoffload.metrics import GLOSSARY, MEASURED_MARK, compute_metrics
 from kvoffload.workloads import load_workload
 from scripted import ScriptedConnector, arrive, land, model, step
 
-SWA8 = ModelDescription("swa8", (FULL, KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=8)), "test size")
-
-
-@pytest.fixture(autouse=True)
-def swa8_model(monkeypatch):
-    monkeypatch.setitem(MODELS, "swa8", SWA8)
-
-
 def hybrid(connector=None, **settings):
-    return model(connector, model="swa8", **settings)
+    return model(connector, model="gpt-oss-tiny", **settings)
 
 
 def run_to_end(scheduler, live, first_step=0):

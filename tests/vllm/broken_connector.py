@@ -2,9 +2,21 @@
 finished-request watermark fix (vLLM PR #54288) switched off in code, loaded by module path."""
 
 import dataclasses
+import sys
+from pathlib import Path
 
 from kvoffload.core.manager import PrepareStoreOutput
 from kvoffload.vllm.connector import KVOffloadConnector
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "gates"))  # planted.py: the simulator gates' plants
+from planted import StaleWindowBlocksScheduler  # noqa: E402
+
+
+class StaleWindowBlocksConnector(KVOffloadConnector):
+    """K14 planted (vLLM before PR #42959): a window's reused blocks are stored (tests/gates/planted.py)."""
+
+    def scheduler_side(self, config, fixes):
+        return StaleWindowBlocksScheduler(config, fixes)
 
 
 class WatermarkOffConnector(KVOffloadConnector):

@@ -160,6 +160,9 @@ MODELS: dict[str, ModelDescription] = {model.name: model for model in (
     # each kind in a group of its own.
     ModelDescription("gpt-oss", (FULL, KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=128)),
                      "gpt-oss-like: full attention and a 128-token sliding window"),
+    # The gate stories' size (block size 4): a window of two blocks.
+    ModelDescription("gpt-oss-tiny", (FULL, KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=8)),
+                     "gpt-oss at the gate stories' size: full attention and an 8-token sliding window"),
     # Qwen3-Next interleaves gated-DeltaNet (Mamba-style, one state per request) with full attention.
     ModelDescription("qwen3-next", (FULL, KVCacheGroup(GroupKind.MAMBA)),
                      "Qwen3-Next-like: full attention and Mamba (align mode)"),

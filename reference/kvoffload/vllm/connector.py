@@ -167,7 +167,7 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         self.worker: WorkerConnector | None = None
         self.fixes = self.choose_fixes(self.options.fixes)
         if role == KVConnectorRole.SCHEDULER:
-            self.core = connector_scheduler(self.config, self.fixes)
+            self.core = self.scheduler_side(self.config, self.fixes)
         self._views: dict[str, VllmRequestView] = {}
         self._step = 0
         self._load_owner: dict[int, str] = {}  # load job id -> request, until reported
@@ -185,6 +185,10 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     def choose_fixes(self, configured: Fixes) -> Fixes:
         """The fix flags both roles run with; a subclass may change them (tests plant bugs so)."""
         return configured
+
+    def scheduler_side(self, config: ConnectorConfig, fixes: Fixes) -> ReferenceConnectorScheduler:
+        """The scheduler role's core; a subclass may plant another (tests do, for bugs no flag plants)."""
+        return connector_scheduler(config, fixes)
 
     # ---- scheduler role -------------------------------------------------------------------
 
