@@ -148,6 +148,32 @@ class TestLookup:
         assert groups.connector.get_num_new_matched_tokens(again, 0) == (19, True)
 
 
+class TestReleaseWindowRules:
+    """``ReleaseRules.windows``: vLLM <= 0.29 (the presets vllm-0.25, -0.26, -0.29) against 0.30+."""
+
+    def test_up_to_0_29_every_window_chunk_is_stored(self):
+        """No reachable mask before 0.30: the window stores chunks 0-4 of a 20-token prompt too."""
+        groups = Groups(fixes=Fixes.preset("vllm-0.29"))
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
+
+    @pytest.mark.parametrize("preset, answer", [(None, (8, True)), ("vllm-0.29", (None, False))])
+    def test_a_pending_window_chunk_behind_a_miss_defers_only_before_0_30(self, preset, answer):
+        """Window chunks (from the right) pending, missing, hit, hit: PR #56486 (0.30) lets the
+        run of chunks 0-1 answer (8 tokens); before it the pending chunk defers the lookup."""
+        groups = Groups(retention=None, fixes=Fixes.preset(preset) if preset else None)
+        groups.prefill_and_finish("A", prompt(16), first_block=1)  # chunks 0-3 of both groups
+        follow = groups.add("B", prompt(16) + prompt(8, seed=2))
+        state, manager = groups.connector._requests["B"], groups.connector.manager
+        keys = state.groups[1].offload_keys
+        for key in keys[2:4]:  # forget window chunks 2-3 ...
+            manager._lru.pop(manager._chunks.pop(key) and key)
+        manager._free_slots.extend([30, 31])
+        groups.add("X", [])  # ... and another request's store of chunk 3 is in flight
+        manager.prepare_store("X", [keys[3]])
+        assert groups.connector.get_num_new_matched_tokens(follow, 0) == answer
+
+
 def test_the_dense_model_keeps_the_single_group_connector():
     config = ConnectorConfig(model="dense")
     assert not isinstance(connector_scheduler(config), HybridConnectorScheduler)

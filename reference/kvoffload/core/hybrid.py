@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kvoffload.core.fixes import Fixes
+from kvoffload.core.fixes import Fixes, WindowRules
 from kvoffload.core.hybrid_stores import HybridStorePlanner
 from kvoffload.core.keys import group_key, refresh_group_keys
 from kvoffload.core.manager import CPUOffloadManager, LookupResult
@@ -55,8 +55,11 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self._sliding = tuple(sorted((g for g, window in enumerate(windows) if window is not None),
                                      key=lambda g: windows[g], reverse=True))
         self._lookup_order = tuple(full) + self._sliding
+        # vLLM 0.30's window lookup (padded rightmost run, a pending chunk behind a miss does not
+        # defer) and stores (reachable chunks only); before it, ReleaseRules.windows says.
+        self._windows_0_30 = self.fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._stores = HybridStorePlanner(config, self.fixes, self.manager, self.jobs, self.stats,
-                                          self._cursor_moved, self.groups)
+                                          self._cursor_moved, self.groups, self._touch)
 
     def connector_groups(self) -> int:
         return len(self.groups)
@@ -76,9 +79,12 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         for group in state.groups:
             group.block_ids.clear()
 
-    def _touch(self, state: RequestState) -> None:
+    def _touch(self, state: RequestState, hit_end: int | None = None) -> None:
         """vLLM <= 0.30's ``_touch``: a full-attention group's keys all, a window's from the
-        window before the hit on (its earlier chunks were never needed)."""
+        window before the admission's hit on (``num_hit_chunks``; its earlier chunks were never
+        needed). A lookup passes the hit's end; a store touches with the last admission's."""
+        if hit_end is not None:
+            state.num_hit_chunks = hit_end // self.config.tokens_per_chunk
         keys = []
         for g, group in enumerate(state.groups):
             window = self._windows[g]
@@ -90,12 +96,6 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         return self._requests[req_id].groups[0].next_stored_chunk
 
     # ---- admission: lookup and load ---------------------------------------------------------
-
-    def get_num_new_matched_tokens(self, req: RequestView, num_local_tokens: int) -> tuple[int | None, bool]:
-        hits, load = super().get_num_new_matched_tokens(req, num_local_tokens)
-        state = self._requests[req.req_id]
-        state.num_hit_chunks = (num_local_tokens + (hits or 0)) // self.config.tokens_per_chunk
-        return hits, load
 
     def _lookup(self, state: RequestState, num_local_tokens: int) -> int | None:
         """``_lookup_complete_chunks``: tokens past the GPU hit that every group can load, in whole
@@ -117,7 +117,8 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
                 if window is None:
                     found = self._prefix_lookup(keys, start, num_chunks)
                 else:
-                    first = self.groups[g].load_window_chunks(tpc, min(max_hit, num_chunks * tpc))
+                    first = self.groups[g].load_window_chunks(tpc, min(max_hit, num_chunks * tpc)) \
+                        if self._windows_0_30 else window
                     found = self._window_lookup(keys, start, num_chunks, window, first)
                 if found == 0:
                     return 0
@@ -162,7 +163,9 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         for index in range(len(keys) - 1, -1, -1):
             result = self.manager.lookup(keys[index])
             if result is LookupResult.MISS:
-                run, pending, required = 0, False, window
+                run, required = 0, window
+                if self._windows_0_30:  # PR #56486: a pending chunk behind a gap no longer defers
+                    pending = False
             else:
                 pending |= result is LookupResult.HIT_PENDING
                 run += 1
@@ -177,7 +180,7 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         tpc, end = self.config.tokens_per_chunk, num_local + num_hit
         for g, group in enumerate(state.groups):
             keys = group.offload_keys[num_local // tpc:cdiv(end, tpc)]
-            window = self.groups[g].load_window_chunks(tpc, end)
+            window = self.groups[g].load_window_chunks(tpc, end) if self._windows_0_30 else self._windows[g]
             if window is not None:
                 keys = keys[-window:]
             if not self._chunks_being_loaded.isdisjoint(keys):

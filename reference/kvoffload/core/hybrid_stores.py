@@ -13,6 +13,7 @@ request runs); full attention's when the request finishes, as for one group.
 
 from __future__ import annotations
 
+from kvoffload.core.fixes import WindowRules
 from kvoffload.core.keys import refresh_group_keys
 from kvoffload.core.model import GroupKind, KVCacheGroup
 from kvoffload.core.request_state import RequestState
@@ -30,9 +31,13 @@ from kvoffload.core.types import (
 
 
 class HybridStorePlanner(StorePlanner):
-    def __init__(self, config, fixes, manager, jobs, stats, cursor_moved, groups: tuple[KVCacheGroup, ...]):
+    def __init__(self, config, fixes, manager, jobs, stats, cursor_moved, groups: tuple[KVCacheGroup, ...],
+                 touch):
         super().__init__(config, fixes, manager, jobs, stats, cursor_moved)
         self.groups = groups
+        self._touch = touch  # vLLM <= 0.30: the connector's _touch after a store that allocated
+        # vLLM <= 0.29 stored every window chunk (ReleaseRules.windows)
+        self._masked = fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._sliding = [group.kind is GroupKind.SLIDING_WINDOW for group in groups]
         self._retention = config.prefix_cache_retention_interval
         # Loads are aligned to full attention's chunks: a window's blocks are reachable relative
@@ -67,7 +72,7 @@ class HybridStorePlanner(StorePlanner):
         req = state.req
         finished = req.status.is_finished
         watermark = self._offloadable_tokens(req, num_scheduled)
-        if watermark // self._tpc <= min([group.next_stored_chunk for group in state.groups]):
+        if self._cursor_monotonic and watermark // self._tpc <= min([g.next_stored_chunk for g in state.groups]):
             return  # the decode step: no group has a chunk to offer (vLLM's loop finds none either)
         refresh_group_keys(state, bpc)  # _update_req_states: every scheduled request's keys
         boundaries = () if self._retention is None else (
@@ -86,7 +91,7 @@ class HybridStorePlanner(StorePlanner):
                     f"assert len(offload_keys) == len(block_ids) failed for {req.req_id!r} group {g}: "
                     f"chunks {start}..{end}, {len(keys)} keys, {len(last_blocks)} blocks")
             mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, bs, self._alignment,
-                                                       self._retention, boundaries)
+                                                       self._retention, boundaries) if self._masked else None
             for i, (key, block) in enumerate(zip(keys, last_blocks)):
                 if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
                     continue
@@ -124,7 +129,7 @@ class HybridStorePlanner(StorePlanner):
                 indices.append(chunk)
                 chunk_groups.append(g)
                 skips.append(bpc - len(held))
-            group.next_stored_chunk = max(group.next_stored_chunk, end)
+            group.next_stored_chunk = max(group.next_stored_chunk, end) if self._cursor_monotonic else end
         self._cursor_moved.append(state)
         job_id = self.jobs.add_store(req.req_id, tuple(prepared.keys_to_store), tuple(source),
                                      fence_now=finished, fence_early=tuple(early))
@@ -136,12 +141,8 @@ class HybridStorePlanner(StorePlanner):
                                 tuple(indices), chunk_groups=tuple(chunk_groups), chunk_skips=tuple(skips)))
 
     def _advance(self, state: RequestState, ranges: list[tuple[int, int]]) -> None:
-        """``advance_stored_idx``: nothing to store below the watermark, in any group."""
+        """``advance_stored_idx``: nothing to store below the watermark, in any group (vLLM 0.25
+        assigned the cursor, ``ReleaseRules.store_cursor_monotonic``)."""
         for group, (_, end) in zip(state.groups, ranges):
-            group.next_stored_chunk = max(group.next_stored_chunk, end)
+            group.next_stored_chunk = max(group.next_stored_chunk, end) if self._cursor_monotonic else end
         self._cursor_moved.append(state)
-
-    def _touch(self, state: RequestState) -> None:
-        """vLLM <= 0.30: a store that allocated touches the request's keys (``HybridConnectorScheduler._touch``)."""
-        keys = [key for group in state.groups for key in group.offload_keys]
-        self.manager.touch(keys)

@@ -93,7 +93,7 @@ class ReferenceConnectorScheduler:
     def _clear_blocks(self, state: RequestState) -> None:
         state.block_ids.clear()
 
-    def _touch(self, state: RequestState) -> None:
+    def _touch(self, state: RequestState, hit_end: int | None = None) -> None:
         self.manager.touch(state.offload_keys)
 
     # ---- admission: lookup and load -------------------------------------------------------
@@ -113,7 +113,7 @@ class ReferenceConnectorScheduler:
         state.num_local_tokens = num_local_tokens
         hits = self._lookup(state, num_local_tokens)
         if self._touch_on_access:  # vLLM <= 0.30 touched after deferred and zero-hit lookups too
-            self._touch(state)
+            self._touch(state, num_local_tokens + (hits or 0))
         if hits is None:
             self.stats.deferred_lookups += 1
             return None, False
