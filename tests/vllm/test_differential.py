@@ -82,8 +82,6 @@ AGREEING_TODAY_FULL = {
     ("spec-decode", "async"): 388,
     ("gpt-oss-spec-decode", "sync"): 388,  # of 388
     ("gpt-oss-spec-decode", "async"): 388,
-    ("gpt-oss-multi-turn", "sync"): 2016,  # of 2016
-    ("gpt-oss-multi-turn", "async"): 2016,
 }
 # The repro's connector-hit tokens, the same for the simulator, our connector and vLLM's (seed 0).
 FINISH_ORDER_REPRO = {("multi-turn-small cpu_chunks=32", "sync"): 640,
