@@ -1,5 +1,5 @@
 """The reference connector for a hybrid model (core/hybrid.py, core/hybrid_stores.py): vLLM 0.32's
-per-group rules, one story each (docs/design.md, "Hybrid models").
+per-group rules, one story each (docs/engine.md, "Hybrid models").
 
 Full attention (group 0) and an 8-token sliding window (group 1), block size 4, one block per
 chunk: the window's lookup needs cdiv(8, 4) = 2 chunks in a row; a window hit ending at token n

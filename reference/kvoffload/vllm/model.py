@@ -158,3 +158,20 @@ def read_positions(cells: FingerprintCells, table: list[int], start: int, end: i
     blocks = np.asarray(table, dtype=np.int64)[positions // block_size]
     held = cells.words[cells.index(blocks, positions % block_size)].numpy()
     return held.reshape(cells.num_layers, end - start)
+
+
+def poisoned_chunks(group_cells: list[FingerprintCells], tables, fingerprints: np.ndarray, start: int, end: int,
+                    block_size: int, tokens_per_chunk: int) -> list[tuple[int, int, int]]:
+    """A load of positions [start, end) checked in every KV cache group against the true prefix's
+    fingerprints (each group's salted, engine/oracle.py): (group, chunk, bad positions) per poisoned
+    chunk. A sliding window's load starts at its first block still held (vLLM nulls the others)."""
+    poisoned = []
+    for group, (cells, table) in enumerate(zip(group_cells, tables)):
+        first = next((p for p in range(start, end, block_size) if table[p // block_size]), end) if group else start
+        if first >= end:
+            continue
+        held = read_positions(cells, table, first, end, block_size)
+        bad = (held != fingerprints[first:end] ^ np.int64(group_salt(group))).any(axis=0)
+        chunks = (np.nonzero(bad)[0] + first) // tokens_per_chunk
+        poisoned.extend((group, chunk, int((chunks == chunk).sum())) for chunk in sorted(set(chunks.tolist())))
+    return poisoned

@@ -34,7 +34,6 @@ from vllm.v1.request import Request, RequestStatus
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for both engines
-from kvoffload.engine.oracle import group_salt
 from kvoffload.engine.record import PoisonedLoad, RunRecord
 from kvoffload.engine.watchdog import ProgressWatchdog
 from kvoffload.vllm.build import (
@@ -45,7 +44,7 @@ from kvoffload.vllm.build import (
     build_worker_side,
 )
 from kvoffload.vllm.connector_parts import copy_hook, tracked_requests, transfer_handler, wait_for_unreported_copies
-from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, read_positions, write_positions
+from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, poisoned_chunks, write_positions
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
 
@@ -315,19 +314,9 @@ class VllmSchedulerReplay:
         if any(invalid.intersection(table[start // bs:-(-end // bs)]) for table in tables):
             return
         self.checked_load_tokens += end - start
-        for group, (cells, table) in enumerate(zip(self.group_cells, tables)):
-            # A sliding window's load starts at its first block still held (the others are null).
-            first = next((p for p in range(start, end, bs) if table[p // bs]), end) if group else start
-            if first >= end:
-                continue
-            held = read_positions(cells, table, first, end, bs)
-            expected = self._sequences[req_id].fingerprints[first:end] ^ np.int64(group_salt(group))
-            bad = (held != expected).any(axis=0)
-            if bad.any():
-                tpc = self.engine.tokens_per_chunk
-                chunks = (np.nonzero(bad)[0] + first) // tpc
-                for chunk in sorted(set(chunks.tolist())):
-                    self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, int((chunks == chunk).sum()), group))
+        for group, chunk, count in poisoned_chunks(self.group_cells, tables, self._sequences[req_id].fingerprints,
+                                                   start, end, bs, self.engine.tokens_per_chunk):
+            self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, count, group))
 
     # ---- update_from_output -------------------------------------------------------------------
 

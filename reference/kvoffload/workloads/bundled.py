@@ -1,5 +1,5 @@
-"""The bundled workloads (``workloads/*.toml``), the one list: ``kvoffload bench``, the gate,
-``kvoffload releases`` and the asv suite take theirs from here.
+"""The bundled workloads (``workloads/*.toml``), the one list: ``kvoffload bench`` and the gate
+take them all, ``kvoffload releases`` and the asv suite those without scripted resets.
 
 Each comes in a full size and a ``-small`` one. A hybrid workload is a dense one replayed on a
 hybrid model (core/model.py): the same definition with ``[engine] model`` set, so its requests

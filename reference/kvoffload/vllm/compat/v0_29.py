@@ -30,8 +30,10 @@ def allocate_before(config, kv_cache_config) -> dict[str, torch.Tensor]:
     layer of each group), as 0.25-0.28's runner allocated them; the worker checks the aliasing."""
     num_blocks = kv_cache_config.num_blocks
     spec_of = {name: group.kv_cache_spec for group in kv_cache_config.kv_cache_groups for name in group.layer_names}
-    if any(len(tensor.shared_by) > 1 for tensor in kv_cache_config.kv_cache_tensors):
-        arrays = [list(tensor.shared_by) for tensor in kv_cache_config.kv_cache_tensors]
+    # (vLLM 0.32's KVCacheTensor has no shared_by: this side runs there only in its test, dense.)
+    shared = [list(getattr(tensor, "shared_by", ())) for tensor in kv_cache_config.kv_cache_tensors]
+    if any(len(names) > 1 for names in shared):
+        arrays = shared
     else:  # one group: one array per layer, in the groups' order
         arrays = [[name] for name in spec_of]
     buffer = torch.zeros(sum(spec_of[names[0]].page_size_bytes for names in arrays) * num_blocks, dtype=torch.int8)
