@@ -21,3 +21,19 @@ class StaleWindowBlocksScheduler(HybridConnectorScheduler):
                     state.groups[g].block_ids.extend(blocks)
                 allocated.update(blocks)
         allocated.discard(NULL_BLOCK)
+
+
+class UnfencedWindowScheduler(HybridConnectorScheduler):
+    """K14's fence half: a sliding window's source blocks enter the fence only when the request
+    finishes, like full attention's (vLLM 0.32's ``_build_store_jobs`` fences them at the
+    store's creation, ``fenced_block_ids``), so a schedule that hands out a block the window
+    freed does not flush the store still queued to read it."""
+
+    def __init__(self, config, fixes=None, manager=None):
+        super().__init__(config, fixes, manager)
+        plain = self.jobs.add_store
+
+        def fenced_at_finish_only(req_id, keys, source_blocks, fence_now, fence_early=()):
+            return plain(req_id, keys, source_blocks, fence_now)
+
+        self.jobs.add_store = fenced_at_finish_only

@@ -9,7 +9,7 @@ from kvoffload.core.manager import PrepareStoreOutput
 from kvoffload.vllm.connector import KVOffloadConnector
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "gates"))  # planted.py: the simulator gates' plants
-from planted import StaleWindowBlocksScheduler  # noqa: E402
+from planted import StaleWindowBlocksScheduler, UnfencedWindowScheduler  # noqa: E402
 
 
 class StaleWindowBlocksConnector(KVOffloadConnector):
@@ -17,6 +17,13 @@ class StaleWindowBlocksConnector(KVOffloadConnector):
 
     def scheduler_side(self, config, fixes):
         return StaleWindowBlocksScheduler(config, fixes)
+
+
+class UnfencedWindowConnector(KVOffloadConnector):
+    """K14's fence half planted: a window's source blocks fenced only at finish (tests/gates/planted.py)."""
+
+    def scheduler_side(self, config, fixes):
+        return UnfencedWindowScheduler(config, fixes)
 
 
 class WatermarkOffConnector(KVOffloadConnector):

@@ -47,15 +47,17 @@ PLANTED = [
      "FailedAllocationSkippedConnector"),
     (hybrid.TestK14StaleWindowBlockIsNotStored().test_the_reused_window_block_is_never_stored, {},
      "StaleWindowBlocksConnector"),
+    (hybrid.TestK14WindowBlockFencedWhileItsStoreWaits().test_the_schedule_that_reuses_a_window_block_flushes_its_store,
+     {}, "UnfencedWindowConnector"),
 ]
 
 
-# K11's, K14's (a window's stale block, fixed in vLLM 0.23.0) and K25's gates pass for every
+# K11's, K14's (a window's stale block, fixed in vLLM 0.23.0; its unfenced block) and K25's gates pass for every
 # release, preset and fix flag (tests/gates/README.md), so their plants alone fail them: the same replay against the reference runs beside each, to show
 # that the one rule each plant changes is what fails the story.
 CONTROLLED = [(gate, arguments) for gate, arguments, planted in PLANTED
               if planted in ("PreemptedBlocksKeptConnector", "FailedAllocationSkippedConnector",
-                             "StaleWindowBlocksConnector")]
+                             "StaleWindowBlocksConnector", "UnfencedWindowConnector")]
 
 
 @pytest.mark.parametrize("gate, arguments, planted", PLANTED,

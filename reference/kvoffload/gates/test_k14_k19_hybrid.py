@@ -58,6 +58,24 @@ class TestK14StaleWindowBlockIsNotStored:
         assert clean(record) and record.finished_requests == 3
 
 
+class TestK14WindowBlockFencedWhileItsStoreWaits:
+    """K14's fence half: a window's source blocks are watched from the store's creation (vLLM
+    0.32 ``_build_store_jobs``, ``fenced_block_ids``), because the scheduler frees them behind the
+    window while the request runs. 12 usable blocks, sync. A (16 tokens) is prefilled at step 0 and
+    its store of window chunks 1 and 2 is queued; at step 1 A's window slides past blocks 0 and 1,
+    which B takes in the same schedule. The store must be flushed before B's forward writes the
+    block: C (A's 16 tokens + 4, after the GPU cache forgot them) loads window chunks 1 and 2."""
+
+    def test_the_schedule_that_reuses_a_window_block_flushes_its_store(self, kv_connector):
+        requests = [RequestSpec("A", tokens(1, 16), tokens(2, 4)),
+                    RequestSpec("B", tokens(3, 8), tokens(4, 4), arrival_step=1),
+                    RequestSpec("C", tokens(1, 16) + tokens(5, 4), tokens(6, 2), arrival_step=20)]
+        config = TINY.replace(model="gpt-oss-tiny", gpu_blocks=13, scheduling="sync")
+        record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,))
+        assert clean(record) and record.finished_requests == 3
+        assert record.connector_hit_tokens_admitted == 12  # C's load happened: chunks 0-2
+
+
 TestK15SlidingWindowHorizon = _not_modelled("K15")
 TestK16UnalignedSlidingWindowLoad = _not_modelled("K16")
 TestK17DrafterGroupsOnHybrids = _not_modelled("K17")
