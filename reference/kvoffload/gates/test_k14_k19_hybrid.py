@@ -73,7 +73,9 @@ class TestK14WindowBlockFencedWhileItsStoreWaits:
         config = TINY.replace(model="gpt-oss-tiny", gpu_blocks=13, scheduling="sync")
         record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,))
         assert clean(record) and record.finished_requests == 3
-        assert record.connector_hit_tokens_admitted == 12  # C's load happened: chunks 0-2
+        # C's load happened (chunks 0-2 of both groups; the releases up to 0.29, which stored every
+        # window chunk, serve chunk 3 too)
+        assert record.connector_hit_tokens_admitted >= 12
 
 
 TestK15SlidingWindowHorizon = _not_modelled("K15")
