@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.vllm_on_demand]  # scripts/vllm-on-d
 
 from kvoffload.gates import test_k01_k05_finish as finish  # noqa: E402
 from kvoffload.gates import test_k06_k20_lifecycle as lifecycle  # noqa: E402
+from kvoffload.gates import test_k14_k19_hybrid as hybrid  # noqa: E402
 from kvoffload.gates import test_k21_k30_tier as tier  # noqa: E402
 from kvoffload.gates.plugin import GateConnector  # noqa: E402
 
@@ -44,14 +45,19 @@ PLANTED = [
      "PreemptedBlocksKeptConnector"),
     (tier.TestK25AllocationFailure().test_b_retries_until_it_stores, {"scheduling": "sync"},
      "FailedAllocationSkippedConnector"),
+    (hybrid.TestK14StaleWindowBlockIsNotStored().test_the_reused_window_block_is_never_stored, {},
+     "StaleWindowBlocksConnector"),
+    (hybrid.TestK14WindowBlockFencedWhileItsStoreWaits().test_the_schedule_that_reuses_a_window_block_flushes_its_store,
+     {}, "UnfencedWindowConnector"),
 ]
 
 
-# K11's and K25's gates pass for every release, preset and fix flag (tests/gates/README.md), so
-# their plants alone fail them: the same replay against the reference runs beside each, to show
+# K11's, K14's (a window's stale block, fixed in vLLM 0.23.0; its unfenced block) and K25's gates pass for every
+# release, preset and fix flag (tests/gates/README.md), so their plants alone fail them: the same replay against the reference runs beside each, to show
 # that the one rule each plant changes is what fails the story.
 CONTROLLED = [(gate, arguments) for gate, arguments, planted in PLANTED
-              if planted in ("PreemptedBlocksKeptConnector", "FailedAllocationSkippedConnector")]
+              if planted in ("PreemptedBlocksKeptConnector", "FailedAllocationSkippedConnector",
+                             "StaleWindowBlocksConnector", "UnfencedWindowConnector")]
 
 
 @pytest.mark.parametrize("gate, arguments, planted", PLANTED,

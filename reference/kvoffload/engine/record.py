@@ -11,6 +11,7 @@ class PoisonedLoad:
     req_id: str
     chunk: int
     bad_slots: int
+    group: int = 0  # the KV cache group of the chunk (core/model.py)
 
 
 @dataclass(frozen=True)

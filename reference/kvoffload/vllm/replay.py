@@ -44,7 +44,7 @@ from kvoffload.vllm.build import (
     build_worker_side,
 )
 from kvoffload.vllm.connector_parts import copy_hook, tracked_requests, transfer_handler, wait_for_unreported_copies
-from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, read_positions, write_positions
+from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, poisoned_chunks, write_positions
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
 
@@ -84,8 +84,11 @@ class VllmSchedulerReplay:
         kv_cache_config = build_kv_cache_config(self.config, engine)
         self.scheduler = build_scheduler(self.config, kv_cache_config)
         self.kv_caches, self.worker = build_worker_side(self.config, kv_cache_config)
-        self.cells = FingerprintCells(self.kv_caches)
-        self.tables = BlockTables()
+        # Fingerprint cells per KV cache group, each written with its salt (engine/oracle.py).
+        self.group_cells = [FingerprintCells({name: self.kv_caches[name] for name in group.layer_names})
+                            for group in kv_cache_config.kv_cache_groups]
+        self.cells = self.group_cells[0]
+        self.tables = BlockTables(len(self.group_cells))
         self.record = RunRecord()
         self.rng = random.Random(engine.seed)
         self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.specs)
@@ -243,11 +246,14 @@ class VllmSchedulerReplay:
                 accepted[req_id] = 0 if req_id in fresh else self._accepted_drafts(req_id, drafts, produced)
                 values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
-            writes.append((self.tables.tables[req_id], start, values))
+            writes.append((req_id, start, values))
             self._written_ends.append((req_id, start + real))
-            self.store_delays.written(step, self.tables.tables[req_id], start, start + real + accepted.get(req_id, 0))
+            for table in self.tables.groups[req_id]:
+                self.store_delays.written(step, table, start, start + real + accepted.get(req_id, 0))
             self.record.scheduled_tokens += count
-        write_positions(self.cells, writes, bs)
+        for group, cells in enumerate(self.group_cells):
+            write_positions(cells, [(self.tables.groups[req_id][group], start, values)
+                                    for req_id, start, values in writes], bs, group)
         worker.start_load_kv(None)
         worker.wait_for_save()
         copy_hook(worker)()
@@ -304,17 +310,13 @@ class VllmSchedulerReplay:
             return
         start, end = claim
         bs = self.engine.block_size
-        table = self.scheduler.kv_cache_manager.get_block_ids(req_id)[0]
-        if invalid.intersection(table[start // bs:-(-end // bs)]):
+        tables = self.scheduler.kv_cache_manager.get_block_ids(req_id)
+        if any(invalid.intersection(table[start // bs:-(-end // bs)]) for table in tables):
             return
         self.checked_load_tokens += end - start
-        held = read_positions(self.cells, table, start, end, self.engine.block_size)
-        bad = (held != self._sequences[req_id].fingerprints[start:end]).any(axis=0)
-        if bad.any():
-            tpc = self.engine.tokens_per_chunk
-            chunks = (np.nonzero(bad)[0] + start) // tpc
-            for chunk in sorted(set(chunks.tolist())):
-                self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, int((chunks == chunk).sum())))
+        for group, chunk, count in poisoned_chunks(self.group_cells, tables, self._sequences[req_id].fingerprints,
+                                                   start, end, bs, self.engine.tokens_per_chunk):
+            self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, count, group))
 
     # ---- update_from_output -------------------------------------------------------------------
 
