@@ -44,7 +44,10 @@ from .samples import asv_samples
 WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 
 CONNECTORS = ["reference", *PRESETS]  # the reference, then every vLLM preset (core/fixes.py)
-WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")  # the tracked workloads, in full
+# The tracked workloads, in full: kvoffload.workloads.bundled's list, written out (benchmarks/record
+# runs this suite against commits whose package has no such module; a test keeps the two equal).
+# The hybrid ones (gpt-oss: full attention + a sliding window) replay their dense twins' requests.
+WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode", "gpt-oss-multi-turn", "gpt-oss-spec-decode")
 # Replays per connector of each -small workload for the measured tracks: five samples give
 # quartiles; the 75 replays of the -small workloads cost a fraction of the 15 full ones
 # (benchmarks/README.md, "History").
@@ -307,6 +310,14 @@ class TrackSpecDecode(_ReplayTracks):
     workload = "spec-decode"
 
 
+class TrackGptOssMultiTurn(_ReplayTracks):
+    workload = "gpt-oss-multi-turn"
+
+
+class TrackGptOssSpecDecode(_ReplayTracks):
+    workload = "gpt-oss-spec-decode"
+
+
 class MeasureSharedPrefix(_MeasureTracks):
     workload = "shared-prefix"
 
@@ -317,6 +328,14 @@ class MeasureMultiTurn(_MeasureTracks):
 
 class MeasureSpecDecode(_MeasureTracks):
     workload = "spec-decode"
+
+
+class MeasureGptOssMultiTurn(_MeasureTracks):
+    workload = "gpt-oss-multi-turn"
+
+
+class MeasureGptOssSpecDecode(_MeasureTracks):
+    workload = "gpt-oss-spec-decode"
 
 
 class GenerateWorkload:

@@ -42,10 +42,11 @@ from kvoffload.results import ResultError, git_commit, write_atomic
 from kvoffload.runner import replay_workload
 from kvoffload.tables import render
 from kvoffload.workloads import load_workload
+from kvoffload.workloads.bundled import BUNDLED_WORKLOADS, small
 
 SCHEMA = "kvoffload-bench/gate-baseline/v1"
 BASELINE = Path("results/gate/baseline.json")
-WORKLOADS = ("shared-prefix-small", "multi-turn-small", "spec-decode-small", "aborts-and-resets-small")
+WORKLOADS = tuple(small(name) for name in BUNDLED_WORKLOADS)  # kvoffload.workloads.bundled
 CONNECTORS: tuple[str | None, ...] = (None, *PRESETS)  # the reference, then every preset
 
 DETERMINISTIC = tuple(name for name, _, _ in GLOSSARY if name not in MEASURED)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.metrics import MEASURED_METRICS, MODEL_METRICS, compute_metrics, same_value
 from kvoffload.workloads import load_workload
+from kvoffload.workloads.bundled import DENSE_WORKLOADS, HYBRID_WORKLOADS, small
 
 SCHEMA = "kvoffload-bench/releases/v1"
 # The release CI's vllm stage installs as .venv-vllm; every other one is .venv-vllm-VERSION.
@@ -44,8 +45,8 @@ PRESET_OF: dict[str, str | None] = {
     "0.32.0": None,
 }
 RELEASES = tuple(PRESET_OF)
-SMALL_WORKLOADS = ("shared-prefix-small", "multi-turn-small", "spec-decode-small")
-FULL_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
+FULL_WORKLOADS = DENSE_WORKLOADS + HYBRID_WORKLOADS  # kvoffload.workloads.bundled (no scripted resets)
+SMALL_WORKLOADS = tuple(small(name) for name in FULL_WORKLOADS)
 SCHEDULINGS = ("sync", "async")
 # Metrics that must be zero (a bug when not), compared one by one; "-" where an engine cannot see one.
 ZERO_METRICS = ("poisoned_loads", "crashes", "lifecycle_violations", "leaked_requests", "stuck_requests",

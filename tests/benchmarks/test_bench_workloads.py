@@ -19,9 +19,11 @@ from kvoffload.metrics import GLOSSARY, MODEL_METRICS
 from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
-TRACK_CLASSES = ("TrackSharedPrefix", "TrackMultiTurn", "TrackSpecDecode")
-MEASURE_CLASSES = ("MeasureSharedPrefix", "MeasureMultiTurn", "MeasureSpecDecode")
-KINDS = ("shared-prefix", "multi-turn", "spec-decode")
+TRACK_CLASSES = ("TrackSharedPrefix", "TrackMultiTurn", "TrackSpecDecode", "TrackGptOssMultiTurn",
+                 "TrackGptOssSpecDecode")
+MEASURE_CLASSES = ("MeasureSharedPrefix", "MeasureMultiTurn", "MeasureSpecDecode", "MeasureGptOssMultiTurn",
+                   "MeasureGptOssSpecDecode")
+KINDS = ("shared-prefix", "multi-turn", "spec-decode", "gpt-oss-multi-turn", "gpt-oss-spec-decode")
 REPEAT = 2
 REPO = Path(__file__).resolve().parents[2]
 # No eligible continuation (prompt-only offload) or no store at all: a run may have no value.

@@ -27,7 +27,7 @@ def test_the_result_lists_the_first_poisoned_loads_and_their_count(capsys, tmp_p
     listed = result["poisoned_loads"]
     assert code == 0 and count > POISONED_LISTED  # without --strict, poisoned KV is a figure, not a failure
     assert listed["count"] == count and len(listed["first"]) == POISONED_LISTED
-    assert all(set(p) == {"req_id", "step", "chunk", "bad_slots"} and p["bad_slots"] > 0 for p in listed["first"])
+    assert all({"req_id", "step", "chunk", "bad_slots"} <= set(p) and p["bad_slots"] > 0 for p in listed["first"])
     steps = [p["step"] for p in listed["first"]]
     assert steps == sorted(steps)  # the first ones, in the order the run met them
 

@@ -46,6 +46,10 @@ def test_the_cli_and_the_asv_suite_take_the_one_preset_list():
         sys.path.remove(str(ROOT))
     assert [preset for preset, disabled in cli.BENCH_CONNECTORS if preset] == list(PRESETS)
     assert bench_workloads.CONNECTORS == ["reference", *PRESETS]
+    # and the bundled workloads without scripted resets (kvoffload.workloads.bundled), written out there
+    from kvoffload.workloads.bundled import DENSE_WORKLOADS, HYBRID_WORKLOADS
+
+    assert bench_workloads.WORKLOADS == DENSE_WORKLOADS + HYBRID_WORKLOADS
 
 
 def test_the_glossary_is_one_table_of_unique_names():

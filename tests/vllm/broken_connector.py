@@ -2,9 +2,28 @@
 finished-request watermark fix (vLLM PR #54288) switched off in code, loaded by module path."""
 
 import dataclasses
+import sys
+from pathlib import Path
 
 from kvoffload.core.manager import PrepareStoreOutput
 from kvoffload.vllm.connector import KVOffloadConnector
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "gates"))  # planted.py: the simulator gates' plants
+from planted import StaleWindowBlocksScheduler, UnfencedWindowScheduler  # noqa: E402
+
+
+class StaleWindowBlocksConnector(KVOffloadConnector):
+    """K14 planted (vLLM before PR #42959): a window's reused blocks are stored (tests/gates/planted.py)."""
+
+    def scheduler_side(self, config, fixes):
+        return StaleWindowBlocksScheduler(config, fixes)
+
+
+class UnfencedWindowConnector(KVOffloadConnector):
+    """K14's fence half planted: a window's source blocks fenced only at finish (tests/gates/planted.py)."""
+
+    def scheduler_side(self, config, fixes):
+        return UnfencedWindowScheduler(config, fixes)
 
 
 class WatermarkOffConnector(KVOffloadConnector):

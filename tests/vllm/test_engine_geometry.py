@@ -24,6 +24,13 @@ def test_a_chunk_the_backend_cannot_hold_is_refused():
         engine_geometry(EngineConfig(block_size=16, blocks_per_chunk=1), 32)
 
 
+def test_a_hybrid_model_is_refused_by_a_real_model():
+    """A real model's KV cache groups come from its config.json; a hybrid workload replays on
+    vLLM's scheduler (--engine vllm-scheduler) instead."""
+    with pytest.raises(ConfigError, match="model='gpt-oss' is not honoured by --engine vllm"):
+        engine_geometry(EngineConfig(model="gpt-oss", block_size=32), 32)
+
+
 def test_the_tiny_model_and_a_model_directory(tmp_path):
     tiny = ModelChoice.named(None)
     assert (tiny.dummy, tiny.dtype, tiny.num_layers, tiny.num_kv_heads, tiny.head_dim) == (True, "float32", 2, 2, 64)

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 
 from kvoffload.cli import main  # noqa: E402
+from kvoffload.core.model import MODELS, GroupKind  # noqa: E402
 from kvoffload.engine.config import EngineConfig  # noqa: E402
 from kvoffload.engine.requests import RequestSpec  # noqa: E402
 from kvoffload.vllm.build import ConnectorLoad  # noqa: E402
@@ -50,7 +51,19 @@ READERS = {
     "strict_lifecycle": (False, lambda r: r.scheduler.connector.core.manager.strict_lifecycle, None),
     "scheduling": ("async", lambda r: "async" if isinstance(r.scheduler, AsyncScheduler) else "sync", None),
     "reserve_full_isl": (False, lambda r: r.scheduler.scheduler_reserve_full_isl, None),
+    "model": ("gpt-oss", lambda r: model_of(r), None),
+    "prefix_cache_retention_interval": (None, lambda r: r.config.cache_config.prefix_cache_retention_interval,
+                                        lambda r: _stock(r).config.retention_interval),
 }
+
+
+def model_of(replay) -> str:
+    """The model description whose groups vLLM's KV cache config holds (kind and window)."""
+    groups = [(type(g.kv_cache_spec).__name__, getattr(g.kv_cache_spec, "sliding_window", None) or 0)
+              for g in replay.scheduler.kv_cache_config.kv_cache_groups]
+    spec = {GroupKind.FULL_ATTENTION: "FullAttentionSpec", GroupKind.SLIDING_WINDOW: "SlidingWindowSpec"}
+    return next(model.name for model in MODELS.values()
+                if [(spec.get(g.kind), g.sliding_window) for g in model.groups] == groups)
 
 
 def accepted_drafts(replay) -> float:

@@ -19,11 +19,12 @@ from kvoffload.workloads import (
     load_workload,
     reusable_prompt_share,
 )
+from kvoffload.workloads.bundled import BUNDLED_WORKLOADS, HYBRID_TWINS, small
 from kvoffload.workloads.registry import estimated_arrival_steps
 from kvoffload.workloads.spec_decode import ends_on_chunk_after_rejection
 
-BUNDLED = ("shared-prefix", "multi-turn", "spec-decode", "aborts-and-resets")
-SMALL = tuple(f"{name}-small" for name in BUNDLED)
+BUNDLED = BUNDLED_WORKLOADS
+SMALL = tuple(small(name) for name in BUNDLED)
 
 
 def by_id(workload: Workload):
@@ -39,6 +40,14 @@ class TestCatalogue:
         names = [name for name, _ in list_workloads()]
         assert names == sorted(BUNDLED + SMALL)
         assert DEFAULT_WORKLOAD == "multi-turn" and DEFAULT_WORKLOAD in names
+
+    @pytest.mark.parametrize("hybrid, dense", sorted(HYBRID_TWINS.items()))
+    def test_a_hybrid_workload_replays_its_dense_twins_requests_on_another_model(self, hybrid, dense):
+        for name, twin in ((hybrid, dense), (small(hybrid), small(dense))):
+            workload, original = load_workload(name), load_workload(twin)
+            assert workload.requests == original.requests, name
+            assert not workload.engine.kv_model.is_dense and original.engine.kv_model.is_dense
+            assert workload.engine.replace(model="dense") == original.engine, name
 
     def test_descriptions_are_one_line(self):
         for name, description in list_workloads():

@@ -19,11 +19,13 @@ from kvoffload.metrics import format_value
 from kvoffload.results import write_atomic
 from kvoffload.choice import ConnectorChoice
 from kvoffload.workloads import load_workload
+from kvoffload.workloads.bundled import BUNDLED_WORKLOADS, DENSE_WORKLOADS
 
-BENCH_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode", "aborts-and-resets")
-# --engine vllm (a real model): the workloads without scripted cache resets, which that engine
-# does not replay (vllm/llm_engine.py refuses them)
-MODEL_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
+# The bundled workloads (kvoffload.workloads.bundled). --engine vllm (a real model) serves the
+# dense ones without scripted cache resets (vllm/llm_engine.py refuses resets), not the hybrid
+# ones: a real model's KV cache groups are its own, not a hybrid workload's.
+BENCH_WORKLOADS = BUNDLED_WORKLOADS
+MODEL_WORKLOADS = DENSE_WORKLOADS
 # A fix whose bug another fix hides: switched off alone it moves nothing, because the other one
 # already stops every path to the bug. storable_within_allocated clamps a store to the request's
 # allocated blocks and known keys, but with aborted_watermark on no watermark passes them (an

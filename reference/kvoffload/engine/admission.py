@@ -109,6 +109,15 @@ class Admission:
                                    min(req.num_tokens - req.num_computed_tokens, budget), budget)
         if count is None:  # spec decode: its padded step does not fit the budget
             return Outcome.STOP, 0
+        hybrid = self.scheduler.hybrid
+        if hybrid is not None:  # allocate_slots: the whole-sequence gate, the window's skipped blocks, the step
+            if self.config.reserve_full_isl and hybrid.blocks_for_running(live, req.num_tokens, True) > pool.num_free:
+                return Outcome.STOP, 0
+            hybrid.remove_skipped(live, req.num_computed_tokens - live.in_flight_tokens)
+            if hybrid.blocks_for_running(live, req.num_computed_tokens + count) > pool.num_free:
+                return Outcome.STOP, 0
+            hybrid.allocate(live, req.num_computed_tokens + count)
+            return Outcome.RUNNING, count
         needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
         if self.config.reserve_full_isl and cdiv(req.num_tokens, bs) - len(live.blocks) > pool.num_free:
             return Outcome.STOP, 0
@@ -120,8 +129,13 @@ class Admission:
     def _admit_new(self, live: LiveRequest, budget: int) -> tuple[Outcome, int]:
         """A new or preempted request: GPU prefix hit, connector hit, then the allocation."""
         req, bs = live.req, self.config.block_size
-        local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs, live.req_id)
-        num_local = len(local_blocks) * bs
+        hybrid = self.scheduler.hybrid
+        if hybrid is not None:
+            group_hits, num_local, req.shared_prefix_boundary = hybrid.prefix_hit(live)
+            local_blocks = group_hits[0]
+        else:
+            local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs, live.req_id)
+            num_local = len(local_blocks) * bs
         observer = self.scheduler.observer
         hits, _ = observer.timed(self.scheduler.connector.get_num_new_matched_tokens, req, num_local)
         if hits is None:
@@ -131,6 +145,11 @@ class Admission:
                                                   min(req.num_tokens - num_local, budget), budget)
         if count is None:  # spec decode: its padded step does not fit the budget
             return Outcome.STOP, 0
+        if hybrid is not None:
+            if not self._fits_hybrid(live, hybrid, group_hits, num_local, hits, count):
+                return Outcome.STOP, 0
+            self._allocate(live, local_blocks, 0, hits, group_hits, num_local + hits + count)
+            return (Outcome.LOADING, 0) if hits else (Outcome.RUNNING, count)
         needed = cdiv(num_local + hits + count, bs) - len(local_blocks)
         if not self._fits(live, local_blocks, needed, hits):
             return Outcome.STOP, 0
@@ -147,18 +166,35 @@ class Admission:
         # A load also leaves one decode step's blocks under spec decode (_spec_decode_step_blocks).
         return needed <= free - (self.inflight_reserved_blocks() + spec.step_blocks(self.config) if hits else 0)
 
-    def _allocate(self, live: LiveRequest, local_blocks: list[int], needed: int, hits: int) -> None:
+    def _fits_hybrid(self, live: LiveRequest, hybrid, group_hits, num_local: int, hits: int, count: int) -> bool:
+        """``allocate_slots`` for a hybrid model: the whole sequence within every group's cap
+        (``full_sequence_must_fit``), then this step's blocks, a load leaving the reservation."""
+        total, free = num_local + hits, self.pool.num_free
+        if self.config.reserve_full_isl and hybrid.blocks_for_new(group_hits, total, live.req.num_tokens, True) > free:
+            return False
+        reserved = self.inflight_reserved_blocks() + hybrid.spec_step_blocks if hits else 0
+        return hybrid.blocks_for_new(group_hits, total, total + count, False) <= free - reserved
+
+    def _allocate(self, live: LiveRequest, local_blocks: list[int], needed: int, hits: int,
+                  group_hits=None, num_slots: int = 0) -> None:
         """Take the prefix hit, allocate the rest, tell the connector (``update_state_after_alloc``,
-        which builds the load job for a hit)."""
+        which builds the load job for a hit). A hybrid model: every group's hit and ``num_slots``."""
         scheduler, req = self.scheduler, live.req
         parent_id = live.spec.parent
         scheduler.observer.admitted(live, len(local_blocks) * self.config.block_size, hits,
                                     scheduler.finished.get(parent_id) if parent_id else None)
-        self.pool.take(local_blocks)
-        live.blocks = local_blocks + self.pool.allocate(needed)
-        live.num_committed_blocks = len(local_blocks)
         req.num_computed_tokens = len(local_blocks) * self.config.block_size
-        scheduler.observer.timed(scheduler.connector.update_state_after_alloc, req, tuple(live.blocks), hits)
+        hybrid = scheduler.hybrid
+        if hybrid is not None:
+            hybrid.adopt(live, group_hits, req.num_computed_tokens, hits)
+            hybrid.allocate(live, num_slots)
+            block_ids = hybrid.block_ids(live)
+        else:
+            self.pool.take(local_blocks)
+            live.blocks = local_blocks + self.pool.allocate(needed)
+            live.num_committed_blocks = len(local_blocks)
+            block_ids = tuple(live.blocks)
+        scheduler.observer.timed(scheduler.connector.update_state_after_alloc, req, block_ids, hits)
         if hits:  # its blocks are cached once the load landed and admission reaches it again
             live.loaded_tokens = req.num_computed_tokens + hits
             live.phase = Phase.LOADING
@@ -170,5 +206,8 @@ class Admission:
         one decode step), as vLLM's ``_inflight_prefill_reserved_blocks``."""
         bs = self.config.block_size
         extra = 1 + self.config.spec_tokens if self.config.spec_tokens else 0
+        hybrid = self.scheduler.hybrid
+        if hybrid is not None:
+            return sum(hybrid.remaining_blocks(live, extra) for live in self.scheduler.inflight_prefills.values())
         return sum(max(0, cdiv(live.req.num_tokens + extra, bs) - len(live.blocks))
                    for live in self.scheduler.inflight_prefills.values())

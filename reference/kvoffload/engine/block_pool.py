@@ -199,6 +199,24 @@ class BlockPool:
         for block in reversed(reuse_first):  # the group goes to the head, its order kept
             self._free.move_to_end(block, last=False)
 
+    # ---- hybrid models (engine/kv_groups.py): a group's blocks by key, null blocks in tables ----
+
+    def cached_block(self, key: bytes) -> BlockId | None:
+        """The block a lookup of ``key`` takes (the earliest committed), or None."""
+        blocks = self._blocks_of_hash.get(key)
+        return blocks[0] if blocks is not None else None
+
+    def commit_one(self, block: BlockId, key: bytes) -> None:
+        """Make ``block`` findable under ``key`` (a group's hash: ``core/keys.py``, ``group_key``)."""
+        if self._hash_of[block] is None:
+            self._hash_of[block] = key
+            self._blocks_of_hash.setdefault(key, []).append(block)
+
+    def free_table(self, table: Sequence[BlockId]) -> None:
+        """:meth:`free` for a table that may hold the null block (a sliding window's skipped
+        blocks): vLLM's ``free_blocks`` passes over it."""
+        self.free([block for block in table if block])
+
     def reset_prefix_cache(self) -> bool:
         """vLLM 0.32 ``BlockPool.reset_prefix_cache``: refused (False, nothing changes) while any
         block but the null block is in use; otherwise every block loses its hash. The free queue

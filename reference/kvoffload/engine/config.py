@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from kvoffload import long_numbers
+from kvoffload.core.model import ModelDescription, model_named
 from kvoffload.core.types import ConfigError, ConnectorConfig, KVGeometry
 from kvoffload.engine.cost import profile as hardware_profile
 
@@ -38,6 +39,10 @@ class EngineConfig:
     # admitted only if blocks for its whole prompt are free, not just for its first chunk.
     reserve_full_isl: bool = True
     profile: str = "h100-llama3-8b"
+    # The model's KV cache groups (core/model.py); a hybrid model's engine follows vLLM's hybrid
+    # rules (docs/engine.md, "Hybrid models"). The retention interval is vLLM's (CacheConfig).
+    model: str = _SHARED.model
+    prefix_cache_retention_interval: int | None = _SHARED.prefix_cache_retention_interval
 
     def __post_init__(self) -> None:
         positive = ("gpu_blocks", "cpu_chunks", "block_size", "blocks_per_chunk", "max_num_seqs",
@@ -60,6 +65,24 @@ class EngineConfig:
         for name in ("offload_prompt_only", "strict_lifecycle", "reserve_full_isl"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        self._check_model()
+
+    def _check_model(self) -> None:
+        """vLLM's checks of a model and its retention interval (``_validate_prefix_cache_retention_interval``)."""
+        model = self.kv_model
+        retention = self.prefix_cache_retention_interval
+        if retention is not None:
+            _check_int("prefix_cache_retention_interval", retention, minimum=0)
+            if retention % self.block_size:
+                raise ConfigError(f"prefix_cache_retention_interval must be a multiple of block_size "
+                                  f"{self.block_size}, got {retention}")
+            if retention and not model.has_sliding_window:
+                raise ConfigError(f"prefix_cache_retention_interval={retention} has no effect on model "
+                                  f"{model.name!r}: it has no sliding-window group")
+
+    @property
+    def kv_model(self) -> ModelDescription:
+        return model_named(self.model)
 
     @property
     def tokens_per_chunk(self) -> int:
@@ -83,6 +106,8 @@ class EngineConfig:
         if key not in fields:
             raise ConfigError(f"unknown setting {key!r} (known: {', '.join(fields)})")
         default = fields[key].default
+        if "None" in str(fields[key].type) and text.strip().lower() in ("none", "dense"):
+            return None  # an optional number: "dense" names vLLM's None
         if isinstance(default, bool):
             lowered = text.strip().lower()
             if lowered in ("1", "true", "yes", "on"):

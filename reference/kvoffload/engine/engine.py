@@ -26,7 +26,7 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from kvoffload.core.fixes import Fixes
-from kvoffload.core.scheduler import ReferenceConnectorScheduler
+from kvoffload.core.hybrid import connector_scheduler
 from kvoffload.core.types import BlockId, ConfigError, TransferResult, cdiv
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, StepBound
@@ -75,6 +75,11 @@ class Engine:
         # them step by step: for hooks that must see every step, and the jump-equals-walk tests.
         self.skip_idle = skip_idle
         bs = config.block_size
+        unsupported = config.kv_model.unsupported()
+        if unsupported is not None:
+            raise ConfigError(f"model {config.model!r}: {unsupported}")
+        # A hybrid model's groups other than group 0 get the forward's writes too (oracle.py).
+        self._other_groups = range(1, len(config.kv_model.groups))
         try:
             self.kv = KVCache(config.gpu_blocks, bs, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)
         except (RuntimeError, MemoryError) as error:  # torch's "can't allocate memory"
@@ -88,7 +93,7 @@ class Engine:
         self.record = self.observer.record
         self.handler = SteppedTransferHandler(self.kv, config.store_completion_steps)
         self.worker = WorkerConnector(self.handler, self.fixes, on_store_submitted=self.observer.store_submitted)
-        self.connector = ReferenceConnectorScheduler(config.connector_config(), self.fixes)
+        self.connector = connector_scheduler(config.connector_config(), self.fixes)
         self.connector.manager.raise_on_violation = strict
         self.pool = BlockPool(config.gpu_blocks, bs)
         self.scheduler = SchedulerModel(config, self.pool, self.connector, self.observer,
@@ -192,6 +197,8 @@ class Engine:
         # 4. the forward; the oracle checks the fence before the writes land
         observer.forward_written(step, scheduled)
         writes = self.oracle.forward(scheduled)
+        for group in self._other_groups:
+            self.oracle.forward_group(scheduled, group)
         not_copied = observer.unsubmitted(plan.store_jobs) + [
             observer.open_stores[job_id].job for job_id in self.handler.pending_store_job_ids()]
         self.record.fence_violations += self.oracle.check_fence(step, plan, writes, not_copied,
@@ -277,7 +284,8 @@ class Engine:
                 if load.live.phase is Phase.FINISHED:  # aborted while loading: nobody reads these slots
                     self.scheduler.load_landed(load.live, step)
                     continue
-                failed = [i for i, block in enumerate(load.live.blocks) if block in invalid] if invalid else ()
+                failed = sorted(i for table in (load.live.tables or (load.live.blocks,))  # every group's
+                                for i, block in enumerate(table) if block in invalid) if invalid else ()
                 if failed:
                     load.live.loaded_tokens = failed[0] * self.config.block_size
                 else:

@@ -48,6 +48,12 @@ class LiveRequest:
     loaded_tokens: int = 0  # LOADING/LOADED: tokens its load (GPU hit + connector hit) brings
     last_scheduled_seq: int = 0  # the scheduler's non-empty-step counter when it last ran
     admitted: bool = False  # the first admission (for hit-rate metrics) happened
+    # Hybrid models only (engine/kv_groups.py, vLLM's names): every group's block table
+    # (tables[0] is `blocks`; 0 is the null block), the blocks cached per group
+    # (num_cached_block) and the tokens of steps not processed yet (num_in_flight_tokens).
+    tables: list[list[BlockId]] | None = None
+    cached_blocks: list[int] | None = None
+    in_flight_tokens: int = 0
     req_id: str = field(init=False)  # spec.req_id, a plain attribute: read for every request every step
 
     def __post_init__(self) -> None:

@@ -138,10 +138,11 @@ class RunObserver:
             self._forget_after_plan = []
         if self.trace:
             for job in plan.load_jobs + plan.store_jobs:
+                args = {"chunks": list(job.chunk_indices), "flushed": job.job_id in plan.jobs_to_flush}
+                if job.chunk_groups:  # a hybrid model: the KV cache group of each chunk
+                    args["groups"] = list(job.chunk_groups)
                 self.record.trace_events.append({"name": f"{job.kind.value} {job.job_id}", "ph": "i", "s": "t",
-                                                 "ts": step, "pid": 0, "tid": job.req_id,
-                                                 "args": {"chunks": list(job.chunk_indices),
-                                                          "flushed": job.job_id in plan.jobs_to_flush}})
+                                                 "ts": step, "pid": 0, "tid": job.req_id, "args": args})
 
     def store_submitted(self, job: TransferJob) -> None:
         """The worker's hook: a store job reached the transfer handler."""

@@ -33,6 +33,14 @@ _MASK = (1 << 64) - 1
 SMALL_WRITE = 16
 
 
+def group_salt(group: int) -> int:
+    """What a KV cache group's slots hold on top of the prefix fingerprint (XOR, as int64): the
+    same prefix holds different KV in a full-attention layer and in a sliding-window layer, so a
+    chunk of one group loaded into the other's blocks is a poisoned load. Group 0 holds the bare
+    fingerprint (the dense model's slots are unchanged)."""
+    return to_signed_int((group * _BASE * 0xD6E8FEB86659FD93) & _MASK) if group else 0
+
+
 def prefix_fingerprints(token_ids: np.ndarray) -> np.ndarray:
     """uint64 fingerprint of every prefix of ``token_ids``."""
     n = len(token_ids)
@@ -159,6 +167,37 @@ class KVOracle:
             self._write_slots(slots, values)
         return ForwardWrites(scheduled, bs)
 
+    def forward_group(self, scheduled: Sequence, group: int) -> None:
+        """A hybrid model: the same positions in group ``group``'s blocks (``live.tables[group]``),
+        with the group's salt; :meth:`forward` wrote group 0."""
+        bs, salt = self.block_size, np.int64(group_salt(group))
+        slots, values = [], []
+        one_slots, one_values = [], []  # decode steps: one position each, gathered in Python
+        fingerprints = self._fp
+        for item in scheduled:
+            if not item.num_tokens:
+                continue
+            table = item.live.tables[group]
+            if item.num_tokens == 1:
+                start = item.start
+                one_slots.append(table[start // bs] * bs + start % bs)
+                one_values.append(fingerprints[item.live.req_id][start])
+                continue
+            if item.num_tokens > 1 and not item.prefill:  # 1 real token + drafts
+                written = self._draft_fingerprints(item)
+                positions = np.asarray([position for position, _ in written], dtype=np.int64)
+                held = np.asarray([value for _, value in written], dtype=np.int64)
+            else:
+                positions = np.arange(item.start, item.start + item.num_tokens, dtype=np.int64)
+                held = self._fp[item.live.req_id][item.start:item.start + item.num_tokens]
+            slots.append(np.asarray(table, dtype=np.int64)[positions // bs] * bs + positions % bs)
+            values.append(held ^ salt)
+        if one_slots:
+            slots.append(np.asarray(one_slots, dtype=np.int64))
+            values.append(np.asarray(one_values, dtype=np.int64) ^ salt)
+        if slots:
+            self._write_slots(np.concatenate(slots), np.concatenate(values))
+
     def _draft_fingerprints(self, item) -> list[tuple[int, int]]:
         """Decode step with drafts: position ``start`` is the real last token; draft j sits at
         ``start + 1 + j``. Accepted drafts carry the true prefix; from the first rejected one on,
@@ -216,6 +255,8 @@ class KVOracle:
     def check_loaded_slots(self, live, job: TransferJob, step: int) -> list[PoisonedLoad]:
         """Every slot a load filled must hold its request's fingerprint; one entry per bad chunk."""
         bs, tpc = self.block_size, self.tokens_per_chunk
+        if job.chunk_groups:
+            return self._check_group_chunks(live, job, step)
         start = job.chunk_indices[0] * tpc + job.skip_blocks * bs
         end = (job.chunk_indices[-1] + 1) * tpc
         blocks = np.asarray(job.gpu_block_ids, dtype=np.int64)
@@ -229,6 +270,22 @@ class KVOracle:
         positions = np.nonzero(bad)[0] + start
         return [PoisonedLoad(step, live.req_id, chunk, int(((positions // tpc) == chunk).sum()))
                 for chunk in sorted(set((positions // tpc).tolist()))]
+
+    def _check_group_chunks(self, live, job: TransferJob, step: int) -> list[PoisonedLoad]:
+        """A hybrid model's load: chunk by chunk, each in its group's blocks with its salt."""
+        bs, tpc = self.block_size, self.tokens_per_chunk
+        fingerprints, blocks = self._fp[live.req_id], iter(job.gpu_block_ids)
+        poisoned = []
+        for chunk, group, skip in zip(job.chunk_indices, job.chunk_groups, job.skips()):
+            start = chunk * tpc + skip * bs
+            chunk_blocks = np.asarray([next(blocks) for _ in range((tpc - skip * bs) // bs)], dtype=np.int64)
+            slots = (chunk_blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
+            held = self._slot_fp_np[slots] if self._slot_fp_np is not None \
+                else self._slot_fp[torch.from_numpy(slots)].cpu().numpy()
+            bad = int((held != (fingerprints[start:start + len(slots)] ^ np.int64(group_salt(group)))).sum())
+            if bad:
+                poisoned.append(PoisonedLoad(step, live.req_id, chunk, bad, group))
+        return poisoned
 
 
 class ForwardWrites:
@@ -250,7 +307,8 @@ class ForwardWrites:
                 continue
             # every position start .. start + num_tokens - 1 (drafts included) is written
             first, last = item.start // bs, (item.start + item.num_tokens - 1) // bs
-            writes.setdefault(item.live.req_id, set()).update(item.live.blocks[first:last + 1])
+            for table in item.live.tables or (item.live.blocks,):  # a hybrid model: every group
+                writes.setdefault(item.live.req_id, set()).update(table[first:last + 1])
         return writes.items()
 
 

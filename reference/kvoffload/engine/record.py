@@ -11,6 +11,7 @@ class PoisonedLoad:
     req_id: str
     chunk: int
     bad_slots: int
+    group: int = 0  # the KV cache group of the chunk (core/model.py)
 
     def describe(self) -> str:
         return f"{self.req_id} step {self.step} chunk {self.chunk} ({self.bad_slots} bad slot{'s' * (self.bad_slots != 1)})"

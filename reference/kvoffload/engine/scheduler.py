@@ -11,47 +11,18 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from kvoffload.core.types import BlockId, RequestStatus, SchedulerOutput, StepPlan, TransferJob, TransferResult, cdiv
+from kvoffload.core.types import RequestStatus, SchedulerOutput, StepPlan, cdiv
 from kvoffload.engine import spec
 from kvoffload.engine.admission import Admission
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.kv_groups import HybridKV
 from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 from kvoffload.engine.set_order import set_iteration_order
-
-
-class Scheduled(NamedTuple):
-    """One request's share of a step, fixed at schedule time (immutable; a NamedTuple rather than
-    a frozen dataclass: one per scheduled request per step, built at C speed)."""
-
-    live: LiveRequest
-    start: int  # first position written
-    num_tokens: int  # positions written (1 + drafts while decoding)
-    samples: bool  # the step ends with a sampled token for it
-    accepted: int  # drafts that survive verification
-    generation: int
-    prefill: bool
-    drafts: int = 0  # draft positions among num_tokens
-
-
-class StepOutput(NamedTuple):
-    """What one step's forward and worker poll produced, applied by ``update_from_output``."""
-
-    step: int
-    scheduled: tuple[Scheduled, ...]
-    results: tuple[TransferResult, ...]
-    # GPU blocks of this poll's failed loads (vLLM's KVConnectorOutput.invalid_block_ids, from
-    # the worker's get_block_ids_with_load_errors): they travel with the output that reports the
-    # loads, so async scheduling applies them with those loads, not with the next step's.
-    load_error_blocks: frozenset[BlockId] = frozenset()
-
-
-class LoadInFlight(NamedTuple):
-    live: LiveRequest
-    job: TransferJob
+from kvoffload.engine.step import LoadInFlight, Scheduled, StepOutput  # noqa: F401 (the step's records, re-exported)
 
 
 class SchedulerModel:
@@ -80,7 +51,10 @@ class SchedulerModel:
         self.scheduled_seq = 0  # non-empty steps scheduled
         self.processed_seq = 0  # non-empty steps whose output was processed
         self.deferred_frees: deque[tuple[int, list[int]]] = deque()  # (fence, blocks)
-        self.blocks_awaiting_load: dict[str, list[int]] = {}  # aborted while loading: freed when it lands
+        self.blocks_awaiting_load: dict[str, list] = {}  # aborted while loading: freed when it lands
+        # A hybrid model's groups (kv_groups.py); None for the dense model, whose one group the
+        # code below handles inline.
+        self.hybrid = None if config.kv_model.is_dense else HybridKV(config, pool)
         self.admission = Admission(self)
         self._held_sets: dict[str, list] = {}  # req_id -> [its block list, length seen, set of it]
 
@@ -88,6 +62,8 @@ class SchedulerModel:
 
     def add(self, live: LiveRequest) -> None:
         self.live[live.req_id] = live
+        if self.hybrid is not None:
+            self.hybrid.clear(live)  # an empty table per group
         self.waiting.append(live)
         self._timed(self.connector.on_new_request, live.req)
 
@@ -126,6 +102,7 @@ class SchedulerModel:
         budget = cfg.max_num_batched_tokens
         asynchronous = cfg.scheduling == "async"
         k = cfg.spec_tokens  # the spec.py calls only with drafts (the hot path stays short without)
+        hybrid = self.hybrid
         index = 0
         while index < len(self.running) and budget > 0:
             live = self.running[index]
@@ -136,7 +113,11 @@ class SchedulerModel:
             known = req.num_tokens + (live.placeholders if asynchronous else 0)
             remaining = known - req.num_computed_tokens
             count, drafts = spec.running_share(live, remaining, budget) if k else (min(remaining, budget), 0)
-            needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
+            if hybrid is None:
+                needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
+            else:  # allocate_slots: the window's skipped blocks go first
+                hybrid.remove_skipped(live, req.num_computed_tokens - live.in_flight_tokens)
+                needed = hybrid.blocks_for_running(live, req.num_computed_tokens + count)
             while needed > 0 and needed > self.pool.num_free:  # (never when no block is needed)
                 victim = self.running[-1]
                 if not self._can_free(victim):  # a deferred free would not help now
@@ -150,12 +131,17 @@ class SchedulerModel:
             if live.phase is Phase.WAITING or (needed > 0 and needed > self.pool.num_free):
                 break
             if needed > 0:
-                fresh = self.pool.allocate(needed)
-                live.blocks.extend(fresh)
-                new_blocks[live.req_id] = tuple(fresh)
+                if hybrid is None:
+                    fresh = self.pool.allocate(needed)
+                    live.blocks.extend(fresh)
+                    new_blocks[live.req_id] = tuple(fresh)
+                else:
+                    new_blocks[live.req_id] = hybrid.allocate(live, req.num_computed_tokens + count)
             samples = req.num_computed_tokens + count >= known
             accepted = live.accepted_drafts(drafts, cfg.spec_acceptance, self.rng) if drafts else 0
-            if min(req.num_computed_tokens + count, req.num_tokens) // bs > live.num_committed_blocks:
+            if hybrid is not None:
+                hybrid.cache(live, min(req.num_computed_tokens + count, req.num_tokens))
+            elif min(req.num_computed_tokens + count, req.num_tokens) // bs > live.num_committed_blocks:
                 self.commit(live, count)  # (its test inlined: most steps fill no block)
             start = spec.scheduled(live, drafts, accepted) if k else req.num_computed_tokens
             scheduled.append(Scheduled(live, start, count, samples, accepted, live.generation,
@@ -173,7 +159,7 @@ class SchedulerModel:
             req = live.req
             live.phase = Phase.RUNNING
             self.running.append(live)
-            new_blocks[live.req_id] = tuple(live.blocks)
+            new_blocks[live.req_id] = tuple(live.blocks) if self.hybrid is None else self.hybrid.block_ids(live)
             known = req.num_tokens + (live.placeholders if asynchronous else 0)
             samples = req.num_computed_tokens + count >= known
             if req.num_computed_tokens + count < req.num_tokens:  # a chunked prefill: its rest is reserved
@@ -190,6 +176,9 @@ class SchedulerModel:
     def commit_computed(self, live: LiveRequest, num_tokens: int) -> None:
         """Cache the request's full blocks below ``num_tokens`` (``KVCacheManager.cache_blocks``)."""
         req = live.req
+        if self.hybrid is not None:
+            self.hybrid.cache(live, min(num_tokens, req.num_tokens, len(live.blocks) * self.config.block_size))
+            return
         full_blocks = min(num_tokens, req.num_tokens, len(live.blocks) * self.config.block_size) \
             // self.config.block_size
         if full_blocks > live.num_committed_blocks:
@@ -201,6 +190,9 @@ class SchedulerModel:
         return live.last_scheduled_seq <= self.processed_seq
 
     def _free_blocks(self, live: LiveRequest) -> None:
+        if self.hybrid is not None:
+            self.hybrid.release(live, self.deferred_frees if not self._can_free(live) else None, self.scheduled_seq)
+            return
         if live.blocks:
             if self._can_free(live):
                 self.pool.free(live.blocks)
@@ -216,6 +208,9 @@ class SchedulerModel:
         """vLLM caches blocks when it allocates them, for the tokens known at that moment:
         min(computed + new, num_tokens). Drafts and async placeholders are not in num_tokens."""
         req = live.req
+        if self.hybrid is not None:
+            self.hybrid.cache(live, min(req.num_computed_tokens + num_new, req.num_tokens))
+            return
         full_blocks = min(req.num_computed_tokens + num_new, req.num_tokens) // self.config.block_size
         if full_blocks > live.num_committed_blocks:
             self.pool.commit(live.blocks, req.block_hashes, live.num_committed_blocks, full_blocks)
@@ -239,10 +234,13 @@ class SchedulerModel:
         """vLLM's ``_update_after_schedule``: counters advance after the connector's build."""
         asynchronous, k = self.config.scheduling == "async", self.config.spec_tokens
         running, seq, inflight = RequestStatus.RUNNING, self.scheduled_seq, self.inflight_prefills
+        hybrid = self.hybrid is not None
         for item in scheduled:
             live = item.live
             req = live.req
             req.num_computed_tokens += item.num_tokens
+            if hybrid:
+                live.in_flight_tokens += item.num_tokens
             req.status = running
             live.last_scheduled_seq = seq
             if item.samples and asynchronous:
@@ -268,8 +266,11 @@ class SchedulerModel:
         if any(item.num_tokens for item in output.scheduled):
             self.processed_seq += 1
             self._drain_deferred_frees()
+        hybrid = self.hybrid is not None
         for item in output.scheduled:
             live = item.live
+            if hybrid:
+                live.in_flight_tokens -= item.num_tokens
             if item.samples and live.pending_outputs and item.generation == live.generation:
                 live.pending_outputs -= 1
             if live.status.is_finished or item.generation != live.generation:
@@ -296,7 +297,8 @@ class SchedulerModel:
         """finished_recving: the request may run after its hit; if it was aborted meanwhile, its
         blocks are freed now (vLLM's ``_update_from_kv_xfer_finished`` -> ``_free_blocks``)."""
         if live.phase is Phase.FINISHED:
-            self.pool.free(self.blocks_awaiting_load.pop(live.req_id))
+            held = self.blocks_awaiting_load.pop(live.req_id)
+            self.pool.free(held) if self.hybrid is None else self.hybrid.free_tables(held)
             return
         req = live.req
         # A full hit still recomputes the last token: something must produce the next sample.
@@ -316,10 +318,13 @@ class SchedulerModel:
         self.inflight_prefills.pop(live.req_id, None)
         self.pool.forget_prefix(live.req_id)
         self._held_sets.pop(live.req_id, None)
-        self._timed(self.connector.request_finished, live.req, tuple(live.blocks))
+        self._timed(self.connector.request_finished, live.req,
+                    tuple(live.blocks) if self.hybrid is None else self.hybrid.finishing(live))
         if load_in_flight:  # the load still writes them
-            self.blocks_awaiting_load[live.req_id] = live.blocks
+            self.blocks_awaiting_load[live.req_id] = live.blocks if self.hybrid is None else live.tables
             live.blocks = []
+            if self.hybrid is not None:
+                self.hybrid.clear(live)
         else:
             self._free_blocks(live)
         del self.live[live.req_id]
@@ -348,11 +353,14 @@ class SchedulerModel:
         waiting one holds none: preemption frees them, admission allocates as it leaves the
         queue), so the sum runs over those: O(running), not O(waiting), every step. A waiting
         request that kept blocks would show as blocks referenced by no request."""
-        in_use = sum([len(live.blocks) for live in self.running]) + sum([len(live.blocks) for live in self.kv_holding])
+        if self.hybrid is not None:
+            in_use = self.hybrid.blocks_in_use(self.running, self.kv_holding, self.blocks_awaiting_load.values())
+        else:
+            in_use = sum([len(live.blocks) for live in self.running]) + sum([len(live.blocks) for live in self.kv_holding])
+            if self.blocks_awaiting_load:
+                in_use += sum(len(blocks) for blocks in self.blocks_awaiting_load.values())
         if self.deferred_frees:
             in_use += sum(len(blocks) for _, blocks in self.deferred_frees)
-        if self.blocks_awaiting_load:
-            in_use += sum(len(blocks) for blocks in self.blocks_awaiting_load.values())
         return in_use
 
     def blocks_held_by(self, req_id: str) -> set[int] | tuple:
@@ -363,6 +371,8 @@ class SchedulerModel:
         if owner is None:
             self._held_sets.pop(req_id, None)
             return ()
+        if owner.tables is not None:  # a hybrid model: every group's blocks
+            return {block for table in owner.tables for block in table if block}
         blocks = owner.blocks
         kept = self._held_sets.get(req_id)
         if kept is None or kept[0] is not blocks:

@@ -55,10 +55,15 @@ VLLM_ONLY: dict[str, str] = {
 NO_GATE: dict[str, str] = {
     "K12": "needs a real GPU and copy streams; the CPU model copies after the forward on purpose, and "
            "tests/worker/test_cuda.py checks stream ordering where a GPU exists",
-    "K15": "sliding-window KV groups are not modelled (one full-attention group)",
-    "K16": "sliding-window KV groups are not modelled",
-    "K17": "hybrid models and EAGLE/MTP drafter groups are not modelled",
-    "K18": "recurrent (Mamba) state is not modelled",
-    "K19": "per-group local hits of hybrid models are not modelled; the single group's local hit "
-           "comes from the engine's own prefix cache",
+    "K15": "a window's store horizon matters only where a full-attention chunk spans several window "
+           "blocks (groups with different block sizes); the engine gives every group one block size, so "
+           "every window chunk holds a segment's tail and is stored",
+    "K16": "an unaligned window load ends neither on a block nor one token short of one (a hash block "
+           "finer than the GPU block, or several block sizes); with one block and hash size the pending "
+           "window blocks stay within the bound",
+    "K17": "drafter (EAGLE/MTP) KV groups are not modelled: the engines' drafter is n-gram, with no KV",
+    "K18": "Mamba (recurrent state) groups are not modelled yet: core/model.py describes qwen3-next, the "
+           "engine refuses it",
+    "K19": "per-group local hits diverge only with a Mamba group (vLLM's get_computed_blocks_for_connector), "
+           "which is not modelled yet",
 }

@@ -147,8 +147,3 @@ def _not_modelled(bug: str):
 
 
 TestK12CrossStreamHazards = _not_modelled("K12")
-TestK15SlidingWindowHorizon = _not_modelled("K15")
-TestK16UnalignedSlidingWindowLoad = _not_modelled("K16")
-TestK17DrafterGroupsOnHybrids = _not_modelled("K17")
-TestK18MambaStateAtABoundary = _not_modelled("K18")
-TestK19LocallyComputedTokensOfHybrids = _not_modelled("K19")

@@ -75,12 +75,16 @@ class VllmRequestView:
     def block_hashes(self):
         return self._request.block_hashes
 
+    @property
+    def shared_prefix_boundary(self) -> int:
+        return getattr(self._request, "shared_prefix_boundary", 0)  # vLLM >= 0.29
 
-def project_scheduler_output(scheduler_output, step: int) -> SchedulerOutput:
+
+def project_scheduler_output(scheduler_output, step: int, hybrid: bool = False) -> SchedulerOutput:
     """vLLM's output of one ``schedule()`` as the reference connector's ``SchedulerOutput``.
 
     New and resumed requests carry their whole block table, running ones the appended blocks
-    (``CachedRequestData.new_block_ids``). Only KV cache group 0 exists (no HMA). vLLM keeps
+    (``CachedRequestData.new_block_ids``), group 0's, or with ``hybrid`` every group's. vLLM keeps
     finished and preempted ids in sets. Finished ids keep the set's order, as vLLM's own
     connector walks them (final stores, then ``on_request_finished``): under a pinned
     ``PYTHONHASHSEED`` it is the simulator's order (``kvoffload.engine.set_order``). Preempted
@@ -89,7 +93,7 @@ def project_scheduler_output(scheduler_output, step: int) -> SchedulerOutput:
     new_block_ids = {}
     for req_id, groups, _resumed in yield_req_data(scheduler_output):
         if groups:
-            new_block_ids[req_id] = tuple(groups[0])
+            new_block_ids[req_id] = tuple(tuple(ids) for ids in groups) if hybrid else tuple(groups[0])
     return SchedulerOutput(
         step=step,
         num_scheduled_tokens=scheduler_output.num_scheduled_tokens,

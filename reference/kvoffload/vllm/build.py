@@ -30,10 +30,11 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
 from vllm.v1.structured_output import StructuredOutputManager
 
 from kvoffload.choice import REFERENCE, STOCK, check_source
+from kvoffload.core.model import GroupKind
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.vllm.compat import allocate_kv_caches, own_storage_per_layer, use_kv_cache_layout
@@ -98,6 +99,8 @@ class ConnectorLoad:
                                     kv_connector_extra_config=family.extra_config(engine, self.storage_dir))
         common = {"blocks_per_chunk": engine.blocks_per_chunk, "offload_prompt_only": engine.offload_prompt_only,
                   "transfer": transfer, "completion_steps": engine.store_completion_steps}
+        if not engine.kv_model.is_dense:  # the reference connector checks it against vLLM's groups
+            common["model"] = engine.model
         if self.source == STOCK:
             from kvoffload.vllm.stock import SPEC_MODULE, SPEC_NAME
 
@@ -164,13 +167,16 @@ def combined_patches(installers):
     return combined
 
 
-def block_bytes(block_size: int) -> int:
-    """KV bytes of one GPU block, all layers (K and V)."""
-    return NUM_LAYERS * 2 * NUM_KV_HEADS * HEAD_SIZE * KV_DTYPE.itemsize * block_size
+def block_bytes(block_size: int, num_layers: int = NUM_LAYERS) -> int:
+    """KV bytes of one GPU block, ``num_layers`` layers (all of them by default), K and V."""
+    return num_layers * 2 * NUM_KV_HEADS * HEAD_SIZE * KV_DTYPE.itemsize * block_size
 
 
 def chunk_bytes_on_host(engine: EngineConfig) -> int:
-    raw = block_bytes(engine.block_size) * engine.blocks_per_chunk
+    """Host bytes of one chunk of one KV cache group (a hybrid model's chunk holds one group's
+    blocks: one layer of the tiny model; the dense model's both)."""
+    layers = NUM_LAYERS if engine.kv_model.is_dense else 1
+    raw = block_bytes(engine.block_size, layers) * engine.blocks_per_chunk
     return -(-raw // HOST_PAGE) * HOST_PAGE
 
 
@@ -211,8 +217,11 @@ def _vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_mo
         method = "ngram_gpu" if engine.scheduling == "async" else "ngram"
         speculative = SpeculativeConfig(method=method, num_speculative_tokens=engine.spec_tokens,
                                         prompt_lookup_max=2, prompt_lookup_min=1)
+    cache_config = CacheConfig(block_size=engine.block_size, enable_prefix_caching=True)
+    if hasattr(cache_config, "prefix_cache_retention_interval"):  # a sliding window's (vLLM 0.29+)
+        cache_config.prefix_cache_retention_interval = engine.prefix_cache_retention_interval
     config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
-                        cache_config=CacheConfig(block_size=engine.block_size, enable_prefix_caching=True),
+                        cache_config=cache_config,
                         device_config=DeviceConfig("cpu"), kv_transfer_config=transfer_config,
                         speculative_config=speculative)
     config.scheduler_config.async_scheduling = engine.scheduling == "async"
@@ -242,11 +251,34 @@ def _first_sentence(text: str) -> str:
     return line if end < 0 else line[:end + 1]
 
 
+def kv_cache_groups(engine: EngineConfig) -> list[KVCacheGroupSpec]:
+    """The model description's KV cache groups (``core/model.py``) as vLLM's: the one
+    translation of the suite's model into vLLM's terms. The dense model's one group holds both
+    layers of the tiny model; a hybrid model's group ``i`` holds layer ``i``."""
+    model = engine.kv_model
+    if len(model.groups) > NUM_LAYERS:
+        raise ConfigError(f"model {model.name!r} has {len(model.groups)} KV cache groups, the tiny model "
+                          f"{NUM_LAYERS} layers")
+    shape = {"block_size": engine.block_size, "num_kv_heads": NUM_KV_HEADS, "head_size": HEAD_SIZE,
+             "dtype": KV_DTYPE}
+    specs = []
+    for group in model.groups:
+        if group.kind is GroupKind.FULL_ATTENTION:
+            specs.append(FullAttentionSpec(**shape))
+        elif group.kind is GroupKind.SLIDING_WINDOW:
+            specs.append(SlidingWindowSpec(**shape, sliding_window=group.sliding_window))
+        else:
+            raise ConfigError(f"model {model.name!r}: {group.kind.value} groups are not built for vLLM yet")
+    if model.is_dense:
+        return [KVCacheGroupSpec(list(LAYER_NAMES), specs[0])]
+    return [KVCacheGroupSpec([LAYER_NAMES[i]], spec) for i, spec in enumerate(specs)]
+
+
 def build_kv_cache_config(config: VllmConfig, engine: EngineConfig):
-    spec = FullAttentionSpec(block_size=engine.block_size, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
-                             dtype=KV_DTYPE)
-    groups = [KVCacheGroupSpec(list(LAYER_NAMES), spec)]
-    kv_cache_config = get_kv_cache_config_from_groups(config, groups, block_bytes(engine.block_size) * engine.gpu_blocks)
+    groups = kv_cache_groups(engine)
+    layers_per_block = max(len(group.layer_names) for group in groups)  # groups alias each block
+    kv_cache_config = get_kv_cache_config_from_groups(
+        config, groups, block_bytes(engine.block_size, layers_per_block) * engine.gpu_blocks)
     if kv_cache_config.num_blocks != engine.gpu_blocks:
         raise ConfigError(f"vLLM laid out {kv_cache_config.num_blocks} GPU blocks, wanted {engine.gpu_blocks}")
     return kv_cache_config

@@ -21,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 
 from kvoffload.core.fixes import Fixes
+from kvoffload.core.hybrid import connector_scheduler
+from kvoffload.core.model import GroupKind, model_named
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
 from kvoffload.core.types import ConfigError, ConnectorConfig, TransferResult
 from kvoffload.vllm.adapters import (
@@ -36,7 +38,7 @@ from kvoffload.vllm.regions import TRANSFER_KINDS, block_regions, make_handler
 from kvoffload.worker.connector import WorkerConnector
 
 _KNOWN_OPTIONS = ("cpu_bytes_to_use", "cpu_chunks", "block_size", "blocks_per_chunk", "offload_prompt_only",
-                  "strict_lifecycle", "preset", "disable_fixes", "transfer", "completion_steps")
+                  "strict_lifecycle", "preset", "disable_fixes", "transfer", "completion_steps", "model")
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,9 @@ class ConnectorOptions:
     - ``preset`` (a vLLM release the reference imitates) and ``disable_fixes`` (fix names);
     - ``transfer``: ``auto`` (CUDA handler on CUDA, threaded on CPU), ``threaded``, ``cuda``, or
       ``stepped`` (deterministic; copies when the driver calls ``copy_submitted``) with
-      ``completion_steps``.
+      ``completion_steps``;
+    - ``model``: the suite's model description (``core/model.py``, default ``dense``), checked
+      against vLLM's KV cache groups.
     """
 
     cpu_bytes_to_use: int | None
@@ -63,6 +67,7 @@ class ConnectorOptions:
     fixes: Fixes
     transfer: str
     completion_steps: int
+    model: str = "dense"
 
     @classmethod
     def parse(cls, extra: Mapping[str, Any], gpu_block_size: int) -> "ConnectorOptions":
@@ -103,7 +108,9 @@ class ConnectorOptions:
         steps = extra.get("completion_steps", 1)
         if not isinstance(steps, int) or steps < 0:
             raise ConfigError(f"completion_steps must be an integer >= 0, got {steps!r}")
-        return cls(cpu_bytes, cpu_chunks, bpc, prompt_only, strict, fixes, transfer, steps)
+        model = extra.get("model", "dense")
+        model_named(model)  # ConfigError for an unknown one
+        return cls(cpu_bytes, cpu_chunks, bpc, prompt_only, strict, fixes, transfer, steps, model)
 
     def num_chunks(self, bytes_per_block: int) -> int:
         if self.cpu_chunks is not None:
@@ -115,36 +122,52 @@ class ConnectorOptions:
         return chunks
 
 
-def _single_group(kv_cache_config):
-    groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise ConfigError(f"KVOffloadConnector supports one KV cache group, the model has {len(groups)}")
+_SPEC_KIND = {"FullAttentionSpec": GroupKind.FULL_ATTENTION, "SlidingWindowSpec": GroupKind.SLIDING_WINDOW,
+              "MambaSpec": GroupKind.MAMBA}
+
+
+def _check_groups(kv_cache_config, model_name: str):
+    """vLLM's KV cache groups must be the model description's (kind and window, in order)."""
+    model, groups = model_named(model_name), kv_cache_config.kv_cache_groups
+    seen = [(_SPEC_KIND.get(type(g.kv_cache_spec).__name__), getattr(g.kv_cache_spec, "sliding_window", None) or 0)
+            for g in groups]
+    wanted = [(group.kind, group.sliding_window) for group in model.groups]
+    if seen != wanted:
+        raise ConfigError(f"KVOffloadConnector: vLLM's KV cache groups {[type(g.kv_cache_spec).__name__ for g in groups]} "
+                          f"are not model {model.name!r}'s (option model)")
+    sizes = {g.kv_cache_spec.block_size for g in groups}
+    if len(sizes) != 1:
+        raise ConfigError(f"KVOffloadConnector: the KV cache groups' block sizes differ ({sorted(sizes)})")
     return groups[0]
 
 
-class KVOffloadConnector(KVConnectorBase_V1):
+class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     """The reference connector behind vLLM's V1 connector API (``kv_connector/v1/base.py``)."""
 
     def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
         if kv_cache_config is None:
             raise ConfigError("KVOffloadConnector needs vLLM's kv_cache_config")
-        group = _single_group(kv_cache_config)
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
-        gpu_block_size = group.kv_cache_spec.block_size
+        first = kv_cache_config.kv_cache_groups[0]
+        gpu_block_size = first.kv_cache_spec.block_size
         self.options = ConnectorOptions.parse(extra, gpu_block_size)
+        group = _check_groups(kv_cache_config, self.options.model)
         bytes_per_block = group.kv_cache_spec.page_size_bytes * len(group.layer_names)
+        retention = getattr(vllm_config.cache_config, "prefix_cache_retention_interval", 0)
         self.config = ConnectorConfig(
             block_size=gpu_block_size, blocks_per_chunk=self.options.blocks_per_chunk,
             cpu_chunks=self.options.num_chunks(bytes_per_block),
             offload_prompt_only=self.options.offload_prompt_only, strict_lifecycle=self.options.strict_lifecycle,
+            model=self.options.model, prefix_cache_retention_interval=retention if retention is None else int(retention),
             num_workers=vllm_config.parallel_config.world_size)
+        self._hybrid = len(kv_cache_config.kv_cache_groups) > 1
         self._num_blocks = kv_cache_config.num_blocks
         self.core: ReferenceConnectorScheduler | None = None
         self.worker: WorkerConnector | None = None
         self.fixes = self.choose_fixes(self.options.fixes)
         if role == KVConnectorRole.SCHEDULER:
-            self.core = ReferenceConnectorScheduler(self.config, self.fixes)
+            self.core = self.scheduler_side(self.config, self.fixes)
         self._views: dict[str, VllmRequestView] = {}
         self._step = 0
         self._load_owner: dict[int, str] = {}  # load job id -> request, until reported
@@ -163,6 +186,10 @@ class KVOffloadConnector(KVConnectorBase_V1):
         """The fix flags both roles run with; a subclass may change them (tests plant bugs so)."""
         return configured
 
+    def scheduler_side(self, config: ConnectorConfig, fixes: Fixes) -> ReferenceConnectorScheduler:
+        """The scheduler role's core; a subclass may plant another (tests do, for bugs no flag plants)."""
+        return connector_scheduler(config, fixes)
+
     # ---- scheduler role -------------------------------------------------------------------
 
     def _view(self, request) -> VllmRequestView:
@@ -179,10 +206,11 @@ class KVOffloadConnector(KVConnectorBase_V1):
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         # Every allocation reaches the fence, with external tokens or without (K13).
-        self.core.update_state_after_alloc(self._view(request), blocks.get_block_ids()[0], num_external_tokens)
+        block_ids = blocks.get_block_ids() if self._hybrid else blocks.get_block_ids()[0]
+        self.core.update_state_after_alloc(self._view(request), block_ids, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output) -> StepPlanMetadata:
-        plan = self.core.build_connector_meta(project_scheduler_output(scheduler_output, self._step))
+        plan = self.core.build_connector_meta(project_scheduler_output(scheduler_output, self._step, self._hybrid))
         self._step += 1
         return StepPlanMetadata(plan)
 
@@ -196,6 +224,11 @@ class KVOffloadConnector(KVConnectorBase_V1):
         self.core.request_finished(self._view(request), tuple(block_ids))
         self._views.pop(request.request_id, None)
         return False, None
+
+    def request_finished_all_groups(self, request, block_ids) -> tuple[bool, dict[str, Any] | None]:
+        """SupportsHMA: every group's blocks (vLLM calls this instead of request_finished)."""
+        return self.request_finished(request, tuple(tuple(ids) for ids in block_ids) if self._hybrid
+                                     else block_ids[0])
 
     def has_pending_push_work(self) -> bool:
         return self.core.has_pending_work()

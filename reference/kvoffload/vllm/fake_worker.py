@@ -15,7 +15,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
 from kvoffload.engine.record import PoisonedLoad
 from kvoffload.vllm.connector_parts import copy_hook
-from kvoffload.vllm.model import read_positions, write_positions
+from kvoffload.vllm.model import poisoned_chunks, write_positions
 
 
 class FakeWorker:
@@ -43,9 +43,10 @@ class FakeWorker:
                 accepted[req_id] = 0 if req_id in fresh else self._accepted_drafts(req_id, drafts, produced)
                 values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
-            writes.append((self.tables.tables[req_id], start, values))
+            writes.append((req_id, start, values))
             self._written_ends.append((req_id, start + real))
-            self.store_delays.written(step, self.tables.tables[req_id], start, start + real + accepted.get(req_id, 0))
+            for table in self.tables.groups[req_id]:
+                self.store_delays.written(step, table, start, start + real + accepted.get(req_id, 0))
             self.record.scheduled_tokens += count
         context = self._forward_context()
         # Loads a step's forward reads (a synchronous connector's) start before it, as vLLM's
@@ -53,7 +54,9 @@ class FakeWorker:
         sync_first = bool(getattr(scheduler_output, "has_sync_kv_loads", False))
         if sync_first:
             worker.start_load_kv(context)
-        write_positions(self.cells, writes, bs)
+        for group, cells in enumerate(self.group_cells):  # each group's layers, with its salt (engine/oracle.py)
+            write_positions(cells, [(self.tables.groups[req_id][group], start, values)
+                                    for req_id, start, values in writes], bs, group)
         for name, view in self.kv_caches.items():  # each attention layer hands its KV on after writing it
             worker.save_kv_layer(name, view, context.attn_metadata[name])
         if not sync_first:
@@ -127,14 +130,10 @@ class FakeWorker:
             return
         start, end = claim
         bs = self.engine.block_size
-        table = self.scheduler.kv_cache_manager.get_block_ids(req_id)[0]
-        if invalid.intersection(table[start // bs:-(-end // bs)]):
+        tables = self.scheduler.kv_cache_manager.get_block_ids(req_id)
+        if any(invalid.intersection(table[start // bs:-(-end // bs)]) for table in tables):
             return
         self.checked_load_tokens += end - start
-        held = read_positions(self.cells, table, start, end, self.engine.block_size)
-        bad = (held != self._sequences[req_id].fingerprints[start:end]).any(axis=0)
-        if bad.any():
-            tpc = self.engine.tokens_per_chunk
-            chunks = (np.nonzero(bad)[0] + start) // tpc
-            for chunk in sorted(set(chunks.tolist())):
-                self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, int((chunks == chunk).sum())))
+        for group, chunk, count in poisoned_chunks(self.group_cells, tables, self._sequences[req_id].fingerprints,
+                                                   start, end, bs, self.engine.tokens_per_chunk):
+            self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, count, group))

@@ -85,6 +85,9 @@ def engine_geometry(engine: EngineConfig, block_multiple: int | None = None) -> 
     GPU block grows to ``block_multiple`` and a chunk holds fewer of them. ``None``: the platform's
     (the CPU backend's 32, else the workload's own).
     """
+    if not engine.kv_model.is_dense:
+        raise ConfigError(f"model={engine.model!r} is not honoured by --engine vllm: a real model's KV cache groups "
+                          "are its own (its config.json); replay a hybrid model with --engine vllm-scheduler")
     if block_multiple is None:
         block_multiple = _platform_block_multiple()
     if engine.block_size % block_multiple == 0:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kvoffload.engine.oracle import extend_fingerprint, prefix_fingerprints, to_signed_int
+from kvoffload.engine.oracle import extend_fingerprint, group_salt, prefix_fingerprints, to_signed_int
 
 _U64 = (1 << 64) - 1
 
@@ -93,39 +93,56 @@ class ScriptedSequence:
 
 
 class BlockTables:
-    """The worker's copy of every scheduled request's block table, kept from the scheduler's
-    outputs as ``GPUModelRunner._update_states`` keeps its input batch."""
+    """The worker's copy of every scheduled request's block tables, one per KV cache group, kept
+    from the scheduler's outputs as ``GPUModelRunner._update_states`` keeps its input batch.
+    ``tables[r]`` is group 0's, ``groups[r]`` every group's (a sliding window's null block is 0)."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_groups: int = 1) -> None:
+        self.num_groups = num_groups
         self.tables: dict[str, list[int]] = {}
+        self.groups: dict[str, list[list[int]]] = {}
+
+    def _set(self, req_id: str, groups) -> None:
+        tables = [list(ids) for ids in groups] if groups else [[] for _ in range(self.num_groups)]
+        self.groups[req_id] = tables
+        self.tables[req_id] = tables[0]
+
+    def _drop(self, req_id: str) -> None:
+        self.tables.pop(req_id, None)
+        self.groups.pop(req_id, None)
 
     def update(self, scheduler_output) -> dict[str, int]:
         """Apply one output; return each scheduled request's num_computed_tokens."""
         for req_id in scheduler_output.finished_req_ids or ():
-            self.tables.pop(req_id, None)
+            self._drop(req_id)
         for req_id in scheduler_output.preempted_req_ids or ():
-            self.tables.pop(req_id, None)
+            self._drop(req_id)
         computed: dict[str, int] = {}
         for new in scheduler_output.scheduled_new_reqs:
-            self.tables[new.req_id] = list(new.block_ids[0])
+            self._set(new.req_id, new.block_ids)
             computed[new.req_id] = new.num_computed_tokens
         cached = scheduler_output.scheduled_cached_reqs
         for i, req_id in enumerate(cached.req_ids):
             groups = cached.new_block_ids[i]
-            if req_id in cached.resumed_req_ids:
-                self.tables[req_id] = list(groups[0]) if groups else []
+            if req_id in cached.resumed_req_ids or req_id not in self.groups:
+                self._set(req_id, groups)
             elif groups:
-                self.tables.setdefault(req_id, []).extend(groups[0])
+                for table, ids in zip(self.groups[req_id], groups):
+                    table.extend(ids)
             computed[req_id] = cached.num_computed_tokens[i]
         return computed
 
 
-def write_positions(cells: FingerprintCells, writes: list[tuple[list[int], int, np.ndarray]], block_size: int) -> None:
-    """``writes``: (block table, first position, fingerprints of the positions from there on)."""
+def write_positions(cells: FingerprintCells, writes: list[tuple[list[int], int, np.ndarray]], block_size: int,
+                    group: int = 0) -> None:
+    """``writes``: (block table, first position, fingerprints of the positions from there on);
+    ``group``: the KV cache group whose layers ``cells`` addresses (its salt, engine/oracle.py)."""
     if not writes:
         return
     blocks, offsets, values = [], [], []
     for table, start, fingerprints in writes:
+        if group:
+            fingerprints = fingerprints ^ np.int64(group_salt(group))
         positions = np.arange(start, start + len(fingerprints), dtype=np.int64)
         table_array = np.asarray(table, dtype=np.int64)
         blocks.append(table_array[positions // block_size])
@@ -141,3 +158,20 @@ def read_positions(cells: FingerprintCells, table: list[int], start: int, end: i
     blocks = np.asarray(table, dtype=np.int64)[positions // block_size]
     held = cells.words[cells.index(blocks, positions % block_size)].numpy()
     return held.reshape(cells.num_layers, end - start)
+
+
+def poisoned_chunks(group_cells: list[FingerprintCells], tables, fingerprints: np.ndarray, start: int, end: int,
+                    block_size: int, tokens_per_chunk: int) -> list[tuple[int, int, int]]:
+    """A load of positions [start, end) checked in every KV cache group against the true prefix's
+    fingerprints (each group's salted, engine/oracle.py): (group, chunk, bad positions) per poisoned
+    chunk. A sliding window's load starts at its first block still held (vLLM nulls the others)."""
+    poisoned = []
+    for group, (cells, table) in enumerate(zip(group_cells, tables)):
+        first = next((p for p in range(start, end, block_size) if table[p // block_size]), end) if group else start
+        if first >= end:
+            continue
+        held = read_positions(cells, table, first, end, block_size)
+        bad = (held != fingerprints[first:end] ^ np.int64(group_salt(group))).any(axis=0)
+        chunks = (np.nonzero(bad)[0] + first) // tokens_per_chunk
+        poisoned.extend((group, chunk, int((chunks == chunk).sum())) for chunk in sorted(set(chunks.tolist())))
+    return poisoned

@@ -139,8 +139,9 @@ class StoreSubmitDelays:
         groups = [new.block_ids for new in scheduler_output.scheduled_new_reqs]
         groups += [ids for ids in scheduler_output.scheduled_cached_reqs.new_block_ids if ids]
         for ids in groups:
-            for block in ids[0]:
-                full_at[block] = self.step
+            for group_ids in ids:  # every KV cache group's (a hybrid model has several)
+                for block in group_ids:
+                    full_at[block] = self.step
 
     def written(self, step: int, table, start: int, valid_end: int) -> None:
         bs = self.block_size
@@ -151,12 +152,12 @@ class StoreSubmitDelays:
         submit = handler.submit_store
 
         def observed(job):
-            chunks = len(job.chunk_slots)
-            per_chunk = len(job.gpu_block_ids) // chunks if chunks else 0
-            full_at = self._full_at
-            self.record.store_submit_delays.extend(
-                self.step - full_at.get(job.gpu_block_ids[(i + 1) * per_chunk - 1], self.step)
-                for i in range(chunks))
+            skips = job.skips()
+            per_chunk = (len(job.gpu_block_ids) + sum(skips)) // len(skips) if skips else 0
+            full_at, last = self._full_at, -1
+            for skip in skips:  # the last block of each chunk (a chunk may skip leading blocks)
+                last += per_chunk - skip
+                self.record.store_submit_delays.append(self.step - full_at.get(job.gpu_block_ids[last], self.step))
             return submit(job)
 
         handler.submit_store = observed

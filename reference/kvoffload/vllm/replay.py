@@ -106,8 +106,11 @@ class VllmSchedulerReplay(FakeWorker):
                 self.scheduler.shutdown()
                 raise
         self.bound.calls.stack.clear()
-        self.cells = FingerprintCells(self.kv_caches)
-        self.tables = BlockTables()
+        # Fingerprint cells per KV cache group, each written with its salt (engine/oracle.py).
+        self.group_cells = [FingerprintCells({name: self.kv_caches[name] for name in group.layer_names})
+                            for group in kv_cache_config.kv_cache_groups]
+        self.cells = self.group_cells[0]
+        self.tables = BlockTables(len(self.group_cells))
         self.record = RunRecord()
         self.rng = random.Random(engine.seed)
         self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.specs)

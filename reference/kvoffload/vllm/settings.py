@@ -28,6 +28,8 @@ HONOURED: dict[str, str] = {
     "strict_lifecycle": "the reference connector's manager (option strict_lifecycle); stock: refused when false",
     "scheduling": "SchedulerConfig.async_scheduling: vLLM's Scheduler or AsyncScheduler",
     "reserve_full_isl": "SchedulerConfig.scheduler_reserve_full_isl",
+    "model": "the KV cache groups of vLLM's KVCacheConfig (build.py: FullAttentionSpec, SlidingWindowSpec)",
+    "prefix_cache_retention_interval": "CacheConfig.prefix_cache_retention_interval (a hybrid model's)",
 }
 
 # setting -> why this engine cannot honour a value other than the default

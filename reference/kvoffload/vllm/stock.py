@@ -15,7 +15,7 @@ from __future__ import annotations
 from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult as VllmTransferResult
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-from kvoffload.core.types import ConfigError, TransferJob, TransferKind
+from kvoffload.core.types import ConfigError, TransferJob, TransferKind, cdiv
 from kvoffload.vllm.compat import offload_geometry
 from kvoffload.vllm.regions import BlockRegion, make_handler
 
@@ -30,18 +30,36 @@ class HandlerOffloadingWorker(OffloadingWorker):
         self.handler = handler
         self.blocks_per_chunk = blocks_per_chunk
 
+    def _job(self, job_id, kind: TransferKind, gpu_spec, cpu_spec) -> TransferJob:
+        """vLLM's specs as a project job. Each KV cache group's blocks fill its chunks from
+        ``block_indices[g] % blocks_per_chunk`` on (``SingleDirectionOffloadingHandler``): one
+        group keeps today's job; several give each chunk its group and leading skip."""
+        gpu = tuple(int(b) for b in gpu_spec.block_ids)
+        slots = tuple(int(c) for c in cpu_spec.block_ids)
+        bpc, sizes, indices = self.blocks_per_chunk, gpu_spec.group_sizes, gpu_spec.block_indices
+        if sizes is None or len(sizes) <= 1:
+            # The first GPU block of a load may sit mid-chunk: block_indices[0] is its index.
+            skip = int(indices[0]) % bpc if kind is TransferKind.LOAD and indices is not None else 0
+            return TransferJob(job_id, "", kind, gpu, slots, (), skip)
+        groups, skips = [], []
+        for g, (size, index) in enumerate(zip(sizes, indices)):
+            if not size:
+                continue
+            skip = int(index) % bpc
+            if (size + skip) % bpc:
+                raise ConfigError(f"job {job_id}: group {g}'s last chunk is partial, which the project's "
+                                  "handlers do not copy")
+            count = cdiv(size + skip, bpc)
+            groups += [g] * count
+            skips += [skip] + [0] * (count - 1)
+        return TransferJob(job_id, "", kind, gpu, slots, (), chunk_groups=tuple(groups), chunk_skips=tuple(skips))
+
     def submit_store(self, job_id, src_spec, dst_spec) -> bool:
-        gpu = tuple(int(b) for b in src_spec.block_ids)
-        self.handler.submit_store(TransferJob(job_id, "", TransferKind.STORE, gpu,
-                                              tuple(int(c) for c in dst_spec.block_ids), ()))
+        self.handler.submit_store(self._job(job_id, TransferKind.STORE, src_spec, dst_spec))
         return True
 
     def submit_load(self, job_id, src_spec, dst_spec) -> bool:
-        gpu = tuple(int(b) for b in dst_spec.block_ids)
-        # The first GPU block may sit mid-chunk: block_indices[0] is its index in the request.
-        skip = int(dst_spec.block_indices[0]) % self.blocks_per_chunk if dst_spec.block_indices is not None else 0
-        self.handler.submit_load(TransferJob(job_id, "", TransferKind.LOAD, gpu,
-                                             tuple(int(c) for c in src_spec.block_ids), (), skip))
+        self.handler.submit_load(self._job(job_id, TransferKind.LOAD, dst_spec, src_spec))
         return True
 
     def get_finished(self) -> list[VllmTransferResult]:
@@ -66,8 +84,8 @@ class TorchCopyOffloadingSpec(CPUOffloadingSpec):
 
     def get_worker(self, kv_caches) -> OffloadingWorker:
         if getattr(self, "_handler_worker", None) is None:
-            if len(kv_caches.group_data_refs) != 1:
-                raise ConfigError("TorchCopyOffloadingSpec supports one KV cache group")
+            # Every group's blocks live in the same tensors (vLLM aliases the groups' layers over one
+            # buffer, get_kv_cache_config_from_groups): a block is copied whole, whichever group holds it.
             regions = [BlockRegion(t.tensor, (f"tensor {i}",))
                        for i, t in enumerate(kv_caches.tensors)]
             tokens_per_block, blocks_per_chunk, num_chunks = offload_geometry(self)

@@ -71,9 +71,13 @@ def plan_copy(kv: KVCache, job: TransferJob, kind: TransferKind) -> BlockCopy:
     skip = job.skip_blocks
     if not slots:
         _fail(job, "has no chunk slots")
-    if kind is TransferKind.STORE and skip != 0:
+    if job.chunk_skips:  # a hybrid model's job: any chunk may skip leading sub-blocks
+        if len(job.chunk_skips) != len(slots) or not all(0 <= s < bpc for s in job.chunk_skips):
+            _fail(job, f"chunk_skips={job.chunk_skips} does not give one skip in [0, {bpc}) per chunk")
+        skip = sum(job.chunk_skips)
+    elif kind is TransferKind.STORE and skip != 0:
         _fail(job, f"is a store with skip_blocks={skip} (stores always copy whole chunks)")
-    if not 0 <= skip < bpc:
+    elif not 0 <= skip < bpc:
         _fail(job, f"skip_blocks={skip} is outside [0, blocks_per_chunk={bpc})")
     expected = len(slots) * bpc - skip
     if len(gpu_rows) != expected:
@@ -94,7 +98,8 @@ def plan_copy(kv: KVCache, job: TransferJob, kind: TransferKind) -> BlockCopy:
     if kind is TransferKind.LOAD and len(set(gpu_rows)) != len(gpu_rows):
         _fail(job, f"writes gpu block {_first_duplicate(gpu_rows)} twice")
 
-    tier_rows = _tier_rows(slots, bpc, skip)
+    tier_rows = _tier_rows(slots, bpc, skip) if not job.chunk_skips else tuple(
+        row for slot, first in zip(slots, job.chunk_skips) for row in range(slot * bpc + first, slot * bpc + bpc))
     return BlockCopy(
         job=job,
         tier_rows=tier_rows,

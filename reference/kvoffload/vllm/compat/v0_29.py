@@ -26,15 +26,24 @@ def allocate_since(config, kv_cache_config) -> dict[str, torch.Tensor]:
 
 
 def allocate_before(config, kv_cache_config) -> dict[str, torch.Tensor]:
+    """A hybrid model's groups alias one page array per ``KVCacheTensor`` (its ``shared_by``: one
+    layer of each group), as 0.25-0.28's runner allocated them; the worker checks the aliasing."""
     num_blocks = kv_cache_config.num_blocks
-    layers = [(name, group.kv_cache_spec) for group in kv_cache_config.kv_cache_groups
-              for name in group.layer_names]
-    buffer = torch.zeros(sum(spec.page_size_bytes for _, spec in layers) * num_blocks, dtype=torch.int8)
+    spec_of = {name: group.kv_cache_spec for group in kv_cache_config.kv_cache_groups for name in group.layer_names}
+    # (vLLM 0.32's KVCacheTensor has no shared_by: this side runs there only in its test, dense.)
+    shared = [list(getattr(tensor, "shared_by", ())) for tensor in kv_cache_config.kv_cache_tensors]
+    if any(len(names) > 1 for names in shared):
+        arrays = shared
+    else:  # one group: one array per layer, in the groups' order
+        arrays = [[name] for name in spec_of]
+    buffer = torch.zeros(sum(spec_of[names[0]].page_size_bytes for names in arrays) * num_blocks, dtype=torch.int8)
     views, offset = {}, 0
-    for name, spec in layers:
+    for names in arrays:
+        spec = spec_of[names[0]]
         size = spec.page_size_bytes * num_blocks
         pages = buffer[offset:offset + size].view(spec.dtype)
-        views[name] = pages.view(num_blocks, spec.num_kv_heads, spec.block_size, 2 * spec.head_size)
+        for name in names:
+            views[name] = pages.view(num_blocks, spec.num_kv_heads, spec.block_size, 2 * spec.head_size)
         offset += size
     return views
 

@@ -1,0 +1,148 @@
+"""The store half of build_connector_meta for a hybrid model (vLLM 0.32 ``_build_store_jobs``):
+one store job per request and step covering every group's chunks.
+
+Per request: the watermark (the same as for one group, ``StorePlanner._offloadable_tokens``), then
+per group the chunks from its cursor up to the watermark that are allocated and keyed, minus those
+whose last block is null and, for a sliding window, those no later lookup can read
+(``KVCacheGroup.reachable_block_mask``: with vLLM's default retention only the window before the
+prompt's last token and before a shared-prefix junction). All groups' chunks go to the manager in
+one ``prepare_store``; its failure leaves every cursor where it was (retried next step).
+A window's source blocks are fenced at once (the engine frees them behind the window while the
+request runs); full attention's when the request finishes, as for one group.
+"""
+
+from __future__ import annotations
+
+from kvoffload.core.fixes import WindowRules
+from kvoffload.core.keys import refresh_group_keys
+from kvoffload.core.model import GroupKind, KVCacheGroup
+from kvoffload.core.request_state import RequestState
+from kvoffload.core.stores import StorePlanner
+from kvoffload.core.types import (
+    NULL_BLOCK,
+    BlockId,
+    ConnectorCrash,
+    JobId,
+    ReqId,
+    SchedulerOutput,
+    TransferJob,
+    TransferKind,
+)
+
+
+class HybridStorePlanner(StorePlanner):
+    def __init__(self, config, fixes, manager, jobs, stats, cursor_moved, groups: tuple[KVCacheGroup, ...],
+                 touch):
+        super().__init__(config, fixes, manager, jobs, stats, cursor_moved)
+        self.groups = groups
+        self._touch = touch  # vLLM <= 0.30: the connector's _touch after a store that allocated
+        # vLLM <= 0.29 stored every window chunk (ReleaseRules.windows)
+        self._masked = fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
+        self._sliding = [group.kind is GroupKind.SLIDING_WINDOW for group in groups]
+        self._retention = config.prefix_cache_retention_interval
+        # Loads are aligned to full attention's chunks: a window's blocks are reachable relative
+        # to them (SchedulerOffloadConfig.alignment_tokens).
+        self._alignment = config.tokens_per_chunk
+
+    def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
+              flush: set[JobId]) -> list[TransferJob]:
+        jobs: list[TransferJob] = []
+        for req_id, num_scheduled in out.num_scheduled_tokens.items():
+            state = requests.get(req_id)
+            if state is not None:
+                self._store_request(state, num_scheduled, allocated, flush, jobs)
+        if self.fixes.last_block_at_finish:  # PR #48596: finished requests get their last store
+            for req_id in out.finished_req_ids:
+                state = requests.get(req_id)
+                if state is not None:
+                    self._store_request(state, 0, allocated, flush, jobs)
+        return jobs
+
+    def _storable(self, state: RequestState, g: int, num_tokens: int) -> int:
+        """``storable_chunks``: whole chunks under the watermark, allocated and keyed."""
+        group = state.groups[g]
+        chunks = num_tokens // self._tpc
+        if self.fixes.storable_within_allocated:
+            chunks = min(chunks, len(group.block_ids) // self._bpc, len(group.offload_keys))
+        return chunks
+
+    def _store_request(self, state: RequestState, num_scheduled: int, allocated: set[BlockId],
+                       flush: set[JobId], jobs: list[TransferJob]) -> None:
+        bpc, bs = self._bpc, self.config.block_size
+        req = state.req
+        finished = req.status.is_finished
+        watermark = self._offloadable_tokens(req, num_scheduled)
+        if self._cursor_monotonic and watermark // self._tpc <= min([g.next_stored_chunk for g in state.groups]):
+            return  # the decode step: no group has a chunk to offer (vLLM's loop finds none either)
+        refresh_group_keys(state, bpc)  # _update_req_states: every scheduled request's keys
+        boundaries = () if self._retention is None else (
+            (req.num_prompt_tokens - 1, req.shared_prefix_boundary) if req.shared_prefix_boundary
+            else (req.num_prompt_tokens - 1,))
+        wanted, positions, ranges = [], [], []
+        for g, group in enumerate(state.groups):
+            start, end = group.next_stored_chunk, self._storable(state, g, watermark)
+            ranges.append((start, end))
+            if end <= start:
+                continue
+            keys = group.offload_keys[start:end]
+            last_blocks = group.block_ids[start * bpc + bpc - 1:end * bpc:bpc]
+            if len(keys) != len(last_blocks):
+                raise ConnectorCrash(  # vLLM's `assert len(offload_keys) == len(offload_block_ids)`
+                    f"assert len(offload_keys) == len(block_ids) failed for {req.req_id!r} group {g}: "
+                    f"chunks {start}..{end}, {len(keys)} keys, {len(last_blocks)} blocks")
+            mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, bs, self._alignment,
+                                                       self._retention, boundaries) if self._masked else None
+            for i, (key, block) in enumerate(zip(keys, last_blocks)):
+                if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
+                    continue
+                wanted.append(key)
+                positions.append((start + i, g))  # recency: by chunk, then group (order_request_keys)
+        if not wanted:
+            self._advance(state, ranges)
+            return
+        prepared = self.manager.prepare_store(req.req_id, wanted, positions)
+        if prepared is None:  # the tier is full of pending or pinned chunks: every group retries
+            self.stats.store_allocation_failures += 1
+            return
+        if not prepared.keys_to_store:
+            self._advance(state, ranges)
+            return
+        if self._touch_on_access:
+            self._touch(state)
+        if state.stale_job_ids:
+            state.crash_on_stale_jobs("_build_store_jobs")
+        slot_of = dict(zip(prepared.keys_to_store, prepared.slots))
+        source, early, slots, indices, chunk_groups, skips = [], [], [], [], [], []
+        for g, ((start, end), group) in enumerate(zip(ranges, state.groups)):
+            for chunk in range(start, end):
+                slot = slot_of.get(group.offload_keys[chunk])
+                if slot is None:
+                    continue
+                blocks = group.block_ids[chunk * bpc:(chunk + 1) * bpc]
+                held = [block for block in blocks if block != NULL_BLOCK]
+                if blocks[bpc - len(held):] != held:
+                    raise ConnectorCrash(f"{req.req_id!r} group {g} chunk {chunk}: a null block amid its blocks")
+                source.extend(held)
+                if self._sliding[g]:
+                    early.extend(held)
+                slots.append(slot)
+                indices.append(chunk)
+                chunk_groups.append(g)
+                skips.append(bpc - len(held))
+            group.next_stored_chunk = max(group.next_stored_chunk, end) if self._cursor_monotonic else end
+        self._cursor_moved.append(state)
+        job_id = self.jobs.add_store(req.req_id, tuple(prepared.keys_to_store), tuple(source),
+                                     fence_now=finished, fence_early=tuple(early))
+        if finished and not allocated.isdisjoint(b for b in source if b not in early):
+            flush.add(job_id)  # its full-attention blocks were just handed out again (PR #48596)
+        self.stats.store_jobs += 1
+        self.stats.chunks_stored += len(slots)
+        jobs.append(TransferJob(job_id, req.req_id, TransferKind.STORE, tuple(source), tuple(slots),
+                                tuple(indices), chunk_groups=tuple(chunk_groups), chunk_skips=tuple(skips)))
+
+    def _advance(self, state: RequestState, ranges: list[tuple[int, int]]) -> None:
+        """``advance_stored_idx``: nothing to store below the watermark, in any group (vLLM 0.25
+        assigned the cursor, ``ReleaseRules.store_cursor_monotonic``)."""
+        for group, (_, end) in zip(state.groups, ranges):
+            group.next_stored_chunk = max(group.next_stored_chunk, end) if self._cursor_monotonic else end
+        self._cursor_moved.append(state)

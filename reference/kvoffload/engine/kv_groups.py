@@ -1,0 +1,244 @@
+"""A hybrid model's KV cache groups in the engine: vLLM 0.32's ``HybridKVCacheCoordinator`` and
+its per-group managers (``vllm/v1/core/kv_cache_coordinator.py``,
+``single_type_kv_cache_manager.py``, ``kv_cache_manager.py``) over the engine's one block pool.
+
+Every group keeps its own block table per request (``LiveRequest.tables``; ``tables[0]`` is
+``LiveRequest.blocks``) and its own namespace in the prefix cache (``core/keys.py``, ``group_key``); all groups
+draw from one pool. The rules, each with its vLLM function (docs/engine.md, "Hybrid models"):
+
+- a prefix hit is the longest every group agrees on (``find_longest_cache_hit``): full attention
+  from the left, a sliding window from the right (the last run of blocks its window needs);
+  full attention is cut back to it; when full attention found more, that length is the request's
+  shared-prefix junction (``shared_prefix_boundary``);
+- a sliding window's blocks behind the window are freed and become null blocks
+  (``remove_skipped_blocks``), on the processed-token basis, before every allocation and at finish;
+- a hit pads the skipped blocks with nulls (``add_local_computed_blocks``); a sliding window
+  allocates blocks for an external hit only inside the window (``allocate_external_computed_blocks``);
+- a sliding window caches only the blocks a later hit can read (``reachable_block_mask``,
+  retention interval, replay boundary and junction);
+- admission reserves at most a sliding window's cap (``max_admission_blocks_per_request``).
+
+The dense model (one full-attention group) never comes here: the scheduler's own code is this
+module's one-group case, kept inlined for speed; ``tests/engine/test_kv_groups.py`` holds the two
+to the same results.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kvoffload.core.keys import group_key
+from kvoffload.core.model import GroupKind, KVCacheGroup
+from kvoffload.core.types import NULL_BLOCK, BlockId, cdiv
+from kvoffload.engine.block_pool import BlockPool
+from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.live import LiveRequest
+
+Tables = list[list[BlockId]]
+
+
+class HybridKV:
+    def __init__(self, config: EngineConfig, pool: BlockPool):
+        self.groups: tuple[KVCacheGroup, ...] = config.kv_model.groups
+        self.pool = pool
+        self.block_size = config.block_size
+        self.retention = config.prefix_cache_retention_interval
+        # VllmConfig.max_in_flight_tokens: one budget per batch in flight (two under async).
+        in_flight = config.max_num_batched_tokens * (2 if config.scheduling == "async" else 1)
+        self.caps = [group.admission_cap(config.block_size, in_flight) for group in self.groups]
+        self.windowed = [g for g, group in enumerate(self.groups) if group.kind is GroupKind.SLIDING_WINDOW]
+        # _spec_decode_step_blocks: one decode step's blocks in every (non-Mamba) group.
+        k = config.spec_tokens
+        self.spec_step_blocks = len(self.groups) * cdiv(1 + k, config.block_size) if k else 0
+
+    @staticmethod
+    def set_tables(live: LiveRequest, tables: Tables) -> None:
+        live.tables = tables
+        live.blocks = tables[0]
+
+    # ---- get_computed_blocks ----------------------------------------------------------------
+
+    def prefix_hit(self, live: LiveRequest) -> tuple[Tables, int, int]:
+        """(hit blocks per group, hit tokens, shared-prefix junction) of a waiting request, at most
+        ``num_tokens - 1`` tokens (the last one is recomputed for its logits)."""
+        hashes, bs, pool = live.req.block_hashes, self.block_size, self.pool
+        hits: Tables = [[] for _ in self.groups]
+        full = hits[0]
+        for block_hash in hashes[:(live.req.num_tokens - 1) // bs]:
+            block = pool.cached_block(block_hash)
+            if block is None:
+                break
+            full.append(block)
+        length = longest = len(full) * bs
+        while True:  # the fixed point of HybridKVCacheCoordinator.find_longest_cache_hit
+            candidate = length
+            for g in self.windowed:
+                hits[g] = self._window_hit(g, hashes, candidate)
+                candidate = len(hits[g]) * bs
+            if candidate >= length or len(self.windowed) == 1:  # one window: one pass (simple hybrid)
+                length = min(length, candidate)
+                break
+            length = candidate
+        del full[cdiv(length, bs):]
+        return hits, length, longest if longest > length else 0
+
+    def _window_hit(self, g: int, hashes: Sequence[bytes], max_length: int) -> list[BlockId]:
+        """SlidingWindowManager.find_longest_cache_hit: from the right, the last run of the blocks
+        a window needs; the blocks before it are null. Short of a whole run, the run from block 0."""
+        need = self.groups[g].blocks_for_hit(self.block_size)
+        num_blocks = max_length // self.block_size
+        found = [NULL_BLOCK] * num_blocks
+        run = 0
+        for i in range(num_blocks - 1, -1, -1):
+            block = self.pool.cached_block(group_key(hashes[i], g))
+            if block is None:
+                run = 0
+                continue
+            found[i] = block
+            run += 1
+            if run >= need:
+                del found[i + run:]
+                return found
+        del found[run:]
+        return found
+
+    # ---- allocate_slots -----------------------------------------------------------------------
+
+    def blocks_for_new(self, hits: Tables, total_computed: int, num_tokens: int, capped: bool) -> int:
+        """Blocks a waiting request needs for ``num_tokens`` slots (``get_num_blocks_to_allocate``,
+        a request without blocks): hit blocks still free count, the window's skipped ones do not."""
+        bs, needed = self.block_size, 0
+        ref_free = self.pool.num_free_after_taking
+        for g, group in enumerate(self.groups):
+            required = cdiv(num_tokens, bs)
+            if capped and self.caps[g] is not None:
+                required = min(required, self.caps[g])
+            skipped = group.skipped_tokens(total_computed) // bs
+            needed += max(required - max(skipped, len(hits[g])), 0)
+            reused = [block for block in hits[g][skipped:] if block]
+            needed += self.pool.num_free - ref_free(reused)
+        return needed
+
+    def blocks_for_running(self, live: LiveRequest, num_tokens: int, capped: bool = False) -> int:
+        """The same for a request holding blocks (its tables only grow here)."""
+        needed = 0
+        for g, table in enumerate(live.tables):
+            required = cdiv(num_tokens, self.block_size)
+            if capped and self.caps[g] is not None:
+                required = min(required, self.caps[g])
+            needed += max(required - len(table), 0)
+        return needed
+
+    def adopt(self, live: LiveRequest, hits: Tables, num_local: int, num_external: int) -> None:
+        """A waiting request takes its hit (``add_local_computed_blocks``, every group first) and
+        blocks for its external hit (``allocate_external_computed_blocks``)."""
+        bs, total = self.block_size, num_local + num_external
+        tables: Tables = []
+        for g, group in enumerate(self.groups):
+            skipped = group.skipped_tokens(total) // bs
+            kept = hits[g][skipped:]
+            self.pool.take([block for block in kept if block])
+            tables.append([NULL_BLOCK] * skipped + kept)
+        live.cached_blocks = [len(table) for table in tables]
+        if num_external:
+            for g, group in enumerate(self.groups):
+                skipped_tokens = group.skipped_tokens(total)
+                if skipped_tokens and min(total - skipped_tokens, num_external) <= 0:
+                    continue
+                tables[g].extend(self.pool.allocate(max(0, cdiv(total, bs) - len(tables[g]))))
+        self.set_tables(live, tables)
+
+    def allocate(self, live: LiveRequest, num_tokens: int) -> tuple[tuple[BlockId, ...], ...]:
+        """``allocate_new_blocks``: every group's table grows to ``num_tokens`` slots; returns the
+        new blocks per group."""
+        fresh = []
+        for table in live.tables:
+            new = self.pool.allocate(max(0, cdiv(num_tokens, self.block_size) - len(table)))
+            table.extend(new)
+            fresh.append(tuple(new))
+        return tuple(fresh)
+
+    def remove_skipped(self, live: LiveRequest, processed_tokens: int) -> None:
+        """``remove_skipped_blocks``: a window's blocks behind it go back to the pool (the last
+        first), their table entries become null; a null entry ends the walk."""
+        for g in self.windowed:
+            skipped = self.groups[g].skipped_tokens(processed_tokens) // self.block_size
+            table = live.tables[g]
+            freed = []
+            for i in range(min(skipped, len(table)) - 1, -1, -1):
+                if table[i] == NULL_BLOCK:
+                    break
+                freed.append(table[i])
+                table[i] = NULL_BLOCK
+            if freed:
+                self.pool.free(freed[::-1])  # free_blocks(freed): the first listed is reused first
+
+    def cache(self, live: LiveRequest, num_tokens: int) -> None:
+        """``cache_blocks`` in every group: the full blocks below ``num_tokens``, a window's only
+        where a later hit can read them."""
+        req, bs = live.req, self.block_size
+        full_blocks = num_tokens // bs
+        if full_blocks <= min(live.cached_blocks):
+            return  # the decode step: no block filled
+        junction = req.shared_prefix_boundary
+        boundaries = (req.num_prompt_tokens - 1, junction) if junction else (req.num_prompt_tokens - 1,)
+        for g, group in enumerate(self.groups):
+            start = live.cached_blocks[g]
+            if start >= full_blocks:
+                continue
+            table, hashes = live.tables[g], req.block_hashes
+            mask = group.reachable_block_mask(start, full_blocks, bs, bs, self.retention, boundaries)
+            for i in range(start, full_blocks):
+                if table[i] and (mask is None or mask[i - start]):
+                    self.pool.commit_one(table[i], group_key(hashes[i], g))
+            live.cached_blocks[g] = full_blocks
+
+    # ---- free -----------------------------------------------------------------------------------
+
+    def release(self, live: LiveRequest, deferred: list | None, seq: int) -> None:
+        """The request lets its blocks go: every group's back to the pool, group after group
+        (``KVCacheCoordinator.free``), or, while a step in flight may still write them, the
+        groups' tables one after the other onto ``deferred`` (``pop_blocks_for_free``)."""
+        if deferred is None:
+            self.free_tables(live.tables)
+        else:
+            deferred.append((seq, [block for table in live.tables for block in table if block]))
+        self.clear(live)
+
+    def free_tables(self, tables: Tables) -> None:
+        for table in tables:
+            self.pool.free_table(table)
+
+    def finishing(self, live: LiveRequest) -> tuple[tuple[BlockId, ...], ...]:
+        """``_connector_finished``: the window's skipped blocks go first (processed tokens), the
+        connector sees the tables cut at the computed tokens."""
+        req = live.req
+        self.remove_skipped(live, max(0, req.num_computed_tokens - live.in_flight_tokens))
+        return self.block_ids(live, req.num_computed_tokens)
+
+    def blocks_in_use(self, running, holding, awaiting) -> int:
+        """Blocks the live requests hold (their tables' non-null entries) and the blocks of loads
+        an abort left in flight."""
+        held = self.blocks_held
+        return (sum([held(live) for live in running]) + sum([held(live) for live in holding])
+                + sum([len(table) - table.count(NULL_BLOCK) for tables in awaiting for table in tables]))
+
+    def clear(self, live: LiveRequest) -> None:
+        self.set_tables(live, [[] for _ in self.groups])
+        live.cached_blocks = [0] * len(self.groups)
+
+    def remaining_blocks(self, live: LiveRequest, extra: int) -> int:
+        """``_request_remaining_blocks``: what an admitted prefill still needs for its whole sequence."""
+        return self.blocks_for_running(live, live.req.num_tokens + extra, capped=True)
+
+    @staticmethod
+    def blocks_held(live: LiveRequest) -> int:
+        return sum([len(table) - table.count(NULL_BLOCK) for table in live.tables])
+
+    def block_ids(self, live: LiveRequest, num_tokens: int | None = None) -> tuple[tuple[BlockId, ...], ...]:
+        """The tables as the connector sees them; with ``num_tokens``, cut to the blocks covering
+        that many tokens (``get_block_ids_for_computed_tokens``)."""
+        if num_tokens is None:
+            return tuple(tuple(table) for table in live.tables)
+        end = cdiv(num_tokens, self.block_size)
+        return tuple(tuple(table[:end]) for table in live.tables)

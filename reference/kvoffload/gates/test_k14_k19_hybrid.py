@@ -1,0 +1,85 @@
+"""Catalogue K14-K19 in vLLM's scheduler, on a hybrid model: KV cache groups, against the
+connector named by ``--kv-connector``.
+
+The model is ``gpt-oss-tiny`` (``kvoffload.core.model``): full attention and an 8-token sliding
+window, block size 4, one block per chunk; vLLM's scheduler frees a window's blocks behind it
+while the request runs. K15-K19 skip with the catalogue's reason (what the suite does not model).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvoffload.engine.requests import RequestSpec
+from kvoffload.gates.story import TINY, assert_clean, replay, tokens
+from kvoffload.gates.test_k21_k30_tier import _not_modelled
+
+DECLINES = "needs a tier whose allocation fails on demand: the reference's manager or vLLM's CPU manager"
+
+
+def declines_stores_of(req_id: str, until_step: int):
+    """``prepare`` for a replay whose tier answers ``prepare_store`` with None (full, nothing
+    evictable) for ``req_id`` before ``until_step``: vLLM's CPU manager (the stock connector) or
+    the reference's; any other connector skips."""
+    def prepare(built) -> None:
+        connector = built.scheduler.connector
+        core = getattr(connector, "core", None)
+        if core is not None:
+            manager, plain = core.manager, core.manager.prepare_store
+
+            def declining(req, keys, positions=None):
+                return None if req == req_id and built._step < until_step else plain(req, keys, positions)
+        else:
+            inner = getattr(connector, "connector_scheduler", None)
+            if inner is None:
+                pytest.skip(DECLINES)
+            manager, plain = inner.manager, inner.manager.prepare_store
+
+            def declining(keys, req_context):
+                return None if req_context.req_id == req_id and built._step < until_step else plain(keys, req_context)
+        manager.prepare_store = declining
+    return prepare
+
+
+class TestK14StaleWindowBlockIsNotStored:
+    """vLLM #42761 (a) / PR #42959. Dense retention (every window chunk is stored), 9 usable
+    blocks. A (8 tokens, decoding) cannot store for its first 5 steps (the tier declines);
+    meanwhile its window slides past block 0, which vLLM frees and hands to B. When A's store
+    goes through it must skip window chunk 0, whose block holds B's KV: C (A's 8 tokens + 4, after
+    the GPU cache forgot them) would load it."""
+
+    def test_the_reused_window_block_is_never_stored(self, kv_connector):
+        requests = [RequestSpec("A", tokens(1, 8), tokens(2, 12)),
+                    RequestSpec("B", tokens(3, 8), tokens(4, 8), arrival_step=3),
+                    RequestSpec("C", tokens(1, 8) + tokens(5, 4), tokens(6, 2), arrival_step=20)]
+        config = TINY.replace(model="gpt-oss-tiny", prefix_cache_retention_interval=None, gpu_blocks=10)
+        record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,),
+                           prepare=declines_stores_of("A", until_step=5))
+        assert_clean(record, finished=3)
+
+
+class TestK14WindowBlockFencedWhileItsStoreWaits:
+    """K14's fence half: a window's source blocks are watched from the store's creation (vLLM
+    0.32 ``_build_store_jobs``, ``fenced_block_ids``), because the scheduler frees them behind the
+    window while the request runs. 12 usable blocks, sync. A (16 tokens) is prefilled at step 0 and
+    its store of window chunks 1 and 2 is queued; at step 1 A's window slides past blocks 0 and 1,
+    which B takes in the same schedule. The store must be flushed before B's forward writes the
+    block: C (A's 16 tokens + 4, after the GPU cache forgot them) loads window chunks 1 and 2."""
+
+    def test_the_schedule_that_reuses_a_window_block_flushes_its_store(self, kv_connector):
+        requests = [RequestSpec("A", tokens(1, 16), tokens(2, 4)),
+                    RequestSpec("B", tokens(3, 8), tokens(4, 4), arrival_step=1),
+                    RequestSpec("C", tokens(1, 16) + tokens(5, 4), tokens(6, 2), arrival_step=20)]
+        config = TINY.replace(model="gpt-oss-tiny", gpu_blocks=13, scheduling="sync")
+        record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,))
+        assert_clean(record, finished=3)
+        # C's load happened (chunks 0-2 of both groups; the releases up to 0.29, which stored every
+        # window chunk, serve chunk 3 too)
+        assert record.connector_hit_tokens_admitted >= 12
+
+
+TestK15SlidingWindowHorizon = _not_modelled("K15")
+TestK16UnalignedSlidingWindowLoad = _not_modelled("K16")
+TestK17DrafterGroupsOnHybrids = _not_modelled("K17")
+TestK18MambaStateAtABoundary = _not_modelled("K18")
+TestK19LocallyComputedTokensOfHybrids = _not_modelled("K19")

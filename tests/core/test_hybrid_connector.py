@@ -1,0 +1,179 @@
+"""The reference connector for a hybrid model (core/hybrid.py, core/hybrid_stores.py): vLLM 0.32's
+per-group rules, one story each (docs/engine.md, "Hybrid models").
+
+Full attention (group 0) and an 8-token sliding window (group 1), block size 4, one block per
+chunk: the window's lookup needs cdiv(8, 4) = 2 chunks in a row; a window hit ending at token n
+needs its blocks from token n - 7 on. The test plays the engine: it hands each request its
+per-group block tables.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvoffload.core.fixes import Fixes
+from kvoffload.core.hybrid import HybridConnectorScheduler, connector_scheduler
+from kvoffload.core.request import Request
+from kvoffload.core.types import ConnectorConfig, RequestStatus, SchedulerOutput, TransferResult
+
+EOS = 50256
+class Groups:
+    """A scripted engine for a two-group model."""
+
+    def __init__(self, retention: int | None = 0, cpu_chunks: int = 32, fixes: Fixes | None = None):
+        self.config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=cpu_chunks, model="gpt-oss-tiny",
+                                      prefix_cache_retention_interval=retention)
+        self.connector = connector_scheduler(self.config, fixes or Fixes())
+        self.requests: dict[str, Request] = {}
+        self.stored: dict[tuple[str, int], set[int]] = {}  # (request, group) -> chunks stored
+        self.step_index = 0
+
+    def add(self, req_id: str, prompt) -> Request:
+        req = self.requests[req_id] = Request(req_id, prompt, 4)
+        self.connector.on_new_request(req)
+        return req
+
+    def step(self, scheduled=None, new_blocks=None, finished=()):
+        out = SchedulerOutput(self.step_index, dict(scheduled or {}),
+                              {r: tuple(tuple(g) for g in groups) for r, groups in (new_blocks or {}).items()},
+                              tuple(finished))
+        plan = self.connector.build_connector_meta(out)
+        for req_id, n in (scheduled or {}).items():
+            self.requests[req_id].num_computed_tokens += n
+            self.requests[req_id].status = RequestStatus.RUNNING
+        for job in plan.store_jobs:
+            for chunk, group in zip(job.chunk_indices, job.chunk_groups):
+                self.stored.setdefault((job.req_id, group), set()).add(chunk)
+        self.connector.update_connector_output([TransferResult(job.job_id) for job in plan.store_jobs])
+        self.connector.check_invariants()
+        self.step_index += 1
+        return plan
+
+    def prefill_and_finish(self, req_id: str, prompt, first_block: int) -> None:
+        """``req_id`` prefills ``prompt`` in one step (every group a fresh table), its stores land, it finishes."""
+        req = self.add(req_id, prompt)
+        self.connector.get_num_new_matched_tokens(req, 0)
+        count = len(prompt) // 4
+        tables = [list(range(first_block, first_block + count)), list(range(first_block + count, first_block + 2 * count))]
+        self.step({req_id: len(prompt)}, {req_id: tables})
+        req.append_tokens([EOS])
+        req.status = RequestStatus.FINISHED_STOPPED
+        self.connector.request_finished(req, tuple(tuple(t) for t in tables))
+        self.step(finished=[req_id])
+
+
+def prompt(n: int, seed: int = 1) -> list[int]:
+    return [(seed * 7919 + i * 104729) % 30000 + 3 for i in range(n)]
+
+
+def test_every_group_keys_its_chunks_in_its_own_namespace():
+    """make_offload_key(hash, group): the same chunk has one key per group."""
+    groups = Groups()
+    req = groups.add("A", prompt(8))
+    state = groups.connector._requests["A"]
+    assert len(state.groups[0].offload_keys) == len(state.groups[1].offload_keys) == 2
+    assert state.groups[0].offload_keys[0] == req.block_hashes[0]
+    assert state.groups[1].offload_keys[0] != state.groups[0].offload_keys[0]
+
+
+class TestStores:
+    def test_the_window_stores_only_the_chunks_before_the_prompts_replay_boundary(self):
+        """_build_store_jobs with reachable_block_mask, vLLM's default retention (0): of a
+        20-token prompt full attention stores chunks 0-4, the window only 2 and 3 (the two a
+        lookup ending at token 16, the replay boundary of 19 rounded down, reads)."""
+        groups = Groups()
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        assert groups.stored[("A", 0)] == {0, 1, 2, 3, 4}
+        assert groups.stored[("A", 1)] == {2, 3}
+
+    def test_a_running_request_stores_each_chunk_its_decode_completes(self):
+        """_update_req_states refreshes every scheduled request's keys: the chunk tokens 8-11 fill
+        is keyed once token 11 is sampled and stored by the step that computes it (dense
+        retention: the window stores it too), not only when the request finishes."""
+        groups = Groups(retention=None)
+        req = groups.add("A", prompt(8))
+        groups.connector.get_num_new_matched_tokens(req, 0)
+        groups.step({"A": 8}, {"A": [[1, 2], [3, 4]]})
+        req.append_tokens(prompt(1, seed=3))
+        groups.step({"A": 1}, {"A": [[5], [6]]})
+        for token in prompt(3, seed=4):
+            req.append_tokens([token])
+            groups.step({"A": 1})
+        assert groups.stored[("A", 0)] == groups.stored[("A", 1)] == {0, 1, 2}
+
+    def test_with_dense_retention_the_window_stores_every_chunk(self):
+        groups = Groups(retention=None)
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
+
+
+class TestLookup:
+    def test_a_window_hit_ends_where_its_group_holds_a_whole_window(self):
+        """_lookup_complete_chunks: full attention holds chunks 0-4 of the 28-token follow-up,
+        the window only 2 and 3, so the hit is the 16 tokens both agree on; the load carries full
+        attention's chunks 0-3 and the window's 2-3 (its blocks from token 16 - 7 on; the two
+        before are null)."""
+        groups = Groups()
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        follow = groups.add("B", prompt(20) + prompt(8, seed=2))
+        hits, load = groups.connector.get_num_new_matched_tokens(follow, 0)
+        assert (hits, load) == (16, True)
+        groups.connector.update_state_after_alloc(follow, ((21, 22, 23, 24), (0, 0, 25, 26)), hits)
+        job = groups.step().load_jobs[0]
+        assert list(zip(job.chunk_groups, job.chunk_indices)) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 2), (1, 3)]
+        assert job.gpu_block_ids == (21, 22, 23, 24, 25, 26)
+
+    def test_a_missing_window_chunk_shortens_the_hit_to_the_window_before_it(self):
+        """The window's lookup scans from the right: with dense retention every chunk is stored;
+        evict window chunk 3 and the hit ends at chunk 2 (chunks 1 and 2 in a row: 12 tokens)."""
+        groups = Groups(retention=None)
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        follow = groups.add("B", prompt(20) + prompt(8, seed=2))
+        state = groups.connector._requests["B"]
+        manager = groups.connector.manager
+        manager._chunks.pop(state.groups[1].offload_keys[3])  # the tier lost it (LRU eviction)
+        manager._lru.pop(state.groups[1].offload_keys[3])
+        manager._free_slots.append(0)
+        hits, _ = groups.connector.get_num_new_matched_tokens(follow, 0)
+        assert hits == 12
+
+    def test_the_prompts_last_token_is_never_served_with_a_window(self):
+        """A window's last prompt token must be recomputed (``max_hit_size_tokens -= 1``): an
+        identical 20-token prompt loads 19 tokens, its last chunk short of its last token (the
+        hit is not chunk-aligned; the load still copies the whole block 4). Without a window the
+        hit would be all 20 (the engine then recomputes the last token itself)."""
+        groups = Groups(retention=None)
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        again = groups.add("B", prompt(20))
+        assert groups.connector.get_num_new_matched_tokens(again, 0) == (19, True)
+
+
+class TestReleaseWindowRules:
+    """``ReleaseRules.windows``: vLLM <= 0.29 (the presets vllm-0.25, -0.26, -0.29) against 0.30+."""
+
+    def test_up_to_0_29_every_window_chunk_is_stored(self):
+        """No reachable mask before 0.30: the window stores chunks 0-4 of a 20-token prompt too."""
+        groups = Groups(fixes=Fixes.preset("vllm-0.29"))
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
+
+    @pytest.mark.parametrize("preset, answer", [(None, (8, True)), ("vllm-0.29", (None, False))])
+    def test_a_pending_window_chunk_behind_a_miss_defers_only_before_0_30(self, preset, answer):
+        """Window chunks (from the right) pending, missing, hit, hit: PR #56486 (0.30) lets the
+        run of chunks 0-1 answer (8 tokens); before it the pending chunk defers the lookup."""
+        groups = Groups(retention=None, fixes=Fixes.preset(preset) if preset else None)
+        groups.prefill_and_finish("A", prompt(16), first_block=1)  # chunks 0-3 of both groups
+        follow = groups.add("B", prompt(16) + prompt(8, seed=2))
+        state, manager = groups.connector._requests["B"], groups.connector.manager
+        keys = state.groups[1].offload_keys
+        for key in keys[2:4]:  # forget window chunks 2-3 ...
+            manager._lru.pop(manager._chunks.pop(key) and key)
+        manager._free_slots.extend([30, 31])
+        groups.add("X", [])  # ... and another request's store of chunk 3 is in flight
+        manager.prepare_store("X", [keys[3]])
+        assert groups.connector.get_num_new_matched_tokens(follow, 0) == answer
+
+
+def test_the_dense_model_keeps_the_single_group_connector():
+    config = ConnectorConfig(model="dense")
+    assert not isinstance(connector_scheduler(config), HybridConnectorScheduler)

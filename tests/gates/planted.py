@@ -1,0 +1,39 @@
+"""Connectors' scheduler sides that ship a catalogued bug no fix flag plants (the bug was fixed
+before the oldest preset's release): the simulator's gates replay them, and
+tests/vllm/broken_connector.py wraps them for vLLM's scheduler."""
+
+from __future__ import annotations
+
+from kvoffload.core.hybrid import HybridConnectorScheduler
+from kvoffload.core.types import NULL_BLOCK
+
+
+class StaleWindowBlocksScheduler(HybridConnectorScheduler):
+    """vLLM before PR #42959 (0.23.0), K14: a sliding window's table keeps the ids of blocks the
+    engine freed behind the window and handed out again, so a late store copies another
+    request's KV under this request's key."""
+
+    def _take_new_blocks(self, out, allocated) -> None:
+        for req_id, new_groups in out.new_block_ids.items():
+            state = self._requests.get(req_id)
+            for g, blocks in enumerate(new_groups):
+                if state is not None:
+                    state.groups[g].block_ids.extend(blocks)
+                allocated.update(blocks)
+        allocated.discard(NULL_BLOCK)
+
+
+class UnfencedWindowScheduler(HybridConnectorScheduler):
+    """K14's fence half: a sliding window's source blocks enter the fence only when the request
+    finishes, like full attention's (vLLM 0.32's ``_build_store_jobs`` fences them at the
+    store's creation, ``fenced_block_ids``), so a schedule that hands out a block the window
+    freed does not flush the store still queued to read it."""
+
+    def __init__(self, config, fixes=None, manager=None):
+        super().__init__(config, fixes, manager)
+        plain = self.jobs.add_store
+
+        def fenced_at_finish_only(req_id, keys, source_blocks, fence_now, fence_early=()):
+            return plain(req_id, keys, source_blocks, fence_now)
+
+        self.jobs.add_store = fenced_at_finish_only
