@@ -1,4 +1,4 @@
-"""The hostile inputs of issues 15 and 22, as cases: the files each builds in a fresh folder, the
+"""The hostile inputs of issues 15 and 22 (those of issue 31 are in ``hostile_commands.py``), as cases: the files each builds in a fresh folder, the
 command it runs, and the words its one-line error must hold. ``test_hostile_input.py`` runs them
 (this folder is on ``sys.path``: conftest.py).
 
@@ -357,6 +357,8 @@ CASES = [
 ]
 
 
+
+
 if __name__ == "__main__":  # the closing table of issue 15
     import tempfile
     from contextlib import redirect_stderr
@@ -364,8 +366,10 @@ if __name__ == "__main__":  # the closing table of issue 15
 
     from kvoffload.cli import main
 
+    from hostile_commands import COMMAND_CASES
+
     print("| class | command | exit | message |\n|---|---|---|---|")
-    for case in CASES:
+    for case in CASES + COMMAND_CASES:
         with tempfile.TemporaryDirectory() as folder:
             os.chdir(folder)
             case.setup(Path(folder))
