@@ -3,13 +3,13 @@ process tree it runs, the rows it prints and the table file they end up in. Noth
 venv is trusted: its rows and the table are checked key by key before anyone reads them, and its
 processes die with the command that started them.
 
-The process tree (docs/releases.md, "Processes"): the release's interpreter runs in a session
+The process tree (docs/commands.md, "releases: the venvs' processes"): the release's interpreter runs in a session
 of its own, so a timeout or a Ctrl-C ends every process in it (``os.killpg``), not only the direct
 child while vLLM's replays run on. When ``kvoffload releases`` itself dies, even by SIGKILL, two
 guards end the tree: the kernel's parent-death signal on the direct child (``PR_SET_PDEATHSIG``,
-Linux), and a watchdog thread in the child (:func:`die_with_parent`, which
-``kvoffload.vllm.rows`` calls first) that kills its whole process group when the pipe from the
-parent reaches end of file, whatever ended the parent.
+Linux), and a watcher process the child starts first (:func:`die_with_parent`, which
+``kvoffload.vllm.rows`` calls before vLLM's import) that kills the whole process group when the
+pipe from the parent reaches end of file, whatever ended the parent.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import math
 import os
 import signal
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -95,7 +94,7 @@ def run_rows(python: Path, jobs: Sequence[tuple[str, str]], preset: str | None, 
         stdout, stderr = process.communicate(timeout=timeout)
     finally:
         kill_session(process)
-        os.close(write_end)  # after the kill: the watchdog must not outlive us, nor fire early
+        os.close(write_end)  # after the kill: the watcher must not fire while the release still runs
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
@@ -112,26 +111,39 @@ def kill_session(process: subprocess.Popen) -> None:
 
 
 def die_with_parent() -> None:
-    """In a release's interpreter: kill this process group when the parent's pipe closes (the
-    parent exited, or was killed by any signal). Does nothing when not started by
+    """In a release's interpreter, first thing: a watcher process that kills this process group
+    when the parent's pipe closes (the parent exited, or was killed by any signal). A process,
+    not a thread: the parent-death signal kills this interpreter at once, and its threads with
+    it, before a thread could end the replays it started. Does nothing when not started by
     :func:`run_rows` (run by hand)."""
     fd_text = os.environ.pop(PARENT_FD_ENV, None)
     if fd_text is None or not fd_text.isdigit():
         return
-    fd = int(fd_text)
-
-    def watch() -> None:
+    fd, group = int(fd_text), os.getpgrp()
+    if os.fork() == 0:  # the watcher: it holds no pipe of the release's output, only the parent's
         try:
+            null = os.open(os.devnull, os.O_RDWR)
+            for standard in (0, 1, 2):
+                os.dup2(null, standard)
+            os.closerange(3, fd)
+            os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
             while os.read(fd, 1):  # the parent never writes: only end of file comes
                 pass
-        except OSError:
-            pass
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="kvoffload-die-with-parent", daemon=True).start()
+        finally:
+            os.killpg(group, signal.SIGKILL)
+            os._exit(0)
+    os.close(fd)
 
 
 # ---- the rows a release prints --------------------------------------------------------------
+
+
+def split_job(job: str, schedulings: Sequence[str] = ("sync", "async")) -> tuple[str, str]:
+    """``WORKLOAD:SCHEDULING`` (what :func:`run_rows` passes) as its two parts, split at the last
+    colon, so ``mooncake:FILE:sync`` keeps its workload whole; without a scheduling after the last
+    colon the whole job is the workload, replayed sync."""
+    workload, _, scheduling = job.rpartition(":")
+    return (workload, scheduling) if workload and scheduling in schedulings else (job, "sync")
 
 
 def parse_rows(release: str, stdout: str, jobs: Sequence[tuple[str, str]]) -> list[dict]:

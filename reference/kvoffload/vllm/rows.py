@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 
-from kvoffload.release_io import die_with_parent
+from kvoffload.release_io import die_with_parent, split_job
 
 if __name__ == "__main__":  # before vLLM's import: this process tree dies with `kvoffload releases`
     die_with_parent()
@@ -107,9 +107,7 @@ def main(argv: list[str]) -> int:
             print(f"kvoffload.vllm.rows: {error}", file=sys.stderr)
             return 2
     for job in argv:
-        name, _, scheduling = job.rpartition(":")  # mooncake:FILE:sync: the workload keeps its colon
-        if scheduling not in ("sync", "async"):  # no scheduling given: the whole job names the workload
-            name, scheduling = job, "sync"
+        name, scheduling = split_job(job)  # mooncake:FILE:sync: the workload keeps its colon
         row = release_row(name, scheduling, preset)
         print(json.dumps({**row, "control": control} if control else row), flush=True)
     return 0
