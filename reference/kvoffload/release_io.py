@@ -19,6 +19,7 @@ import math
 import os
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -79,23 +80,31 @@ def run_rows(python: Path, jobs: Sequence[tuple[str, str]], preset: str | None, 
     """``python -m kvoffload.vllm.rows [--preset P] WORKLOAD:SCHEDULING ...`` (``python``: a release
     venv's interpreter), its process tree bounded by ``timeout`` seconds: every process of its
     session is killed on a timeout (``subprocess.TimeoutExpired``), on any exception here (a
-    Ctrl-C) and when it has exited (a child it left behind). A finished run's result."""
+    Ctrl-C) and when it has exited (a child it left behind). Its output goes to temporary files,
+    not pipes: a child it left behind holds a pipe open, and reading to its end waited for that
+    child (until the timeout). A finished run's result."""
     read_end, write_end = os.pipe()  # both close on exec; the child gets the read end only
-    try:
-        process = subprocess.Popen([str(python), "-m", "kvoffload.vllm.rows", *(("--preset", preset) if preset else ()),
-                                    *(f"{workload}:{scheduling}" for workload, scheduling in jobs)],
-                                   env={**env, PARENT_FD_ENV: str(read_end)}, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                   errors="replace", start_new_session=True, pass_fds=(read_end,),
-                                   preexec_fn=_parent_death_guard(os.getpid()))
-    finally:
-        os.close(read_end)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        kill_session(process)
-        os.close(write_end)  # after the kill: the watcher must not fire while the release still runs
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        try:
+            process = subprocess.Popen([str(python), "-m", "kvoffload.vllm.rows",
+                                        *(("--preset", preset) if preset else ()),
+                                        *(f"{workload}:{scheduling}" for workload, scheduling in jobs)],
+                                       env={**env, PARENT_FD_ENV: str(read_end)}, stdin=subprocess.DEVNULL,
+                                       stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=(read_end,),
+                                       preexec_fn=_parent_death_guard(os.getpid()))
+        finally:
+            os.close(read_end)
+        try:
+            process.wait(timeout=timeout)
+        finally:
+            kill_session(process)
+            os.close(write_end)  # after the kill: the watcher must not fire while the release still runs
+        return subprocess.CompletedProcess(process.args, process.returncode, _text(stdout), _text(stderr))
+
+
+def _text(output) -> str:
+    output.seek(0)
+    return output.read().decode("utf-8", errors="replace")
 
 
 def kill_session(process: subprocess.Popen) -> None:
@@ -105,9 +114,9 @@ def kill_session(process: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError):  # every process of it has exited already
         pass
     try:
-        process.communicate(timeout=30)  # reaped, its pipes drained and closed
-    except (subprocess.TimeoutExpired, ValueError):
-        process.kill()
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # not ours to wait for longer: SIGKILL was sent
+        pass
 
 
 def die_with_parent() -> None:

@@ -207,3 +207,28 @@ def test_when_releases_is_killed_every_process_of_the_release_dies(how, tmp_path
     assert not (tmp_path / "t.json").exists()
     if how == signal.SIGINT:
         assert (process.returncode, err) == (130, "kvoffload: interrupted\n")
+
+
+# A release that prints its row and exits, leaving behind a child that holds its stdout.
+LEAVES_A_CHILD = """
+import json, os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["KVOFFLOAD_TEST_PIDS"], "w") as handle:
+    handle.write(str(child.pid))
+print(json.dumps(ROW))
+""".replace("ROW", repr(GOOD_ROW))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process states are read from /proc")
+def test_a_release_that_exits_leaving_a_child_is_read_at_once_and_its_child_killed(tmp_path, monkeypatch, capsys):
+    """Its output was read from pipes to their end, which the child held open: releases waited
+    for it until --timeout (issue 31's fault trials)."""
+    stand_in_venv(tmp_path, LEAVES_A_CHILD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KVOFFLOAD_TEST_PIDS", str(tmp_path / "pids"))
+    started = time.monotonic()
+    code = main([*ARGS, "--timeout", "120", "--out", str(tmp_path / "t.json")])
+    assert code == 0, capsys.readouterr().err
+    assert time.monotonic() - started < 100  # not the --timeout: no wait for the child (bound, not a target)
+    child = int((tmp_path / "pids").read_text())
+    wait_until(lambda: not alive(child), 30, "the child the release left behind still runs")
