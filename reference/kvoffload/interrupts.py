@@ -1,12 +1,13 @@
 """Ctrl-C that nothing swallows.
 
 Python raises KeyboardInterrupt wherever the main thread happens to be when SIGINT arrives, and
-that may be a finaliser (``__del__``, a weakref callback: matplotlib's figures have many), where
-an exception is printed as "Exception ignored" and dropped; the command then ran on to exit 0.
-While a command runs (``handling_ctrl_c``), SIGINT also records that it came, and every file
-write checks the record first (``results.atomic_output`` calls :func:`check`), as does the
-command line when the command returns: a Ctrl-C dropped once is raised again at the next file,
-or turns the exit code into 130 at the end.
+that may be a finaliser (``__del__``, a weakref callback: matplotlib's figures have many, and
+importlib's module locks), where an exception is printed as "Exception ignored" and dropped; the
+command then ran on to exit 0. Or a library turns it into another error (numpy's import into an
+ImportError: exit 1 with a traceback). While the command line runs (``handling_ctrl_c``, from
+its first import), SIGINT also records that it came; every file write checks the record first
+(``results.atomic_output`` calls :func:`check`), and so does the command line when the command
+returns or fails: a Ctrl-C dropped or disguised once still ends the command with 130.
 """
 
 from __future__ import annotations

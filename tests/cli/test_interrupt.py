@@ -76,3 +76,42 @@ def test_ctrl_c_during_the_replay(tmp_path):
     os.set_blocking(process.stderr.fileno(), True)
     code, err = interrupt(process)
     assert_clean_interrupt(code, seen.decode() + err, tmp_path)
+
+
+# What the fault trials of issue 31 found in the first second of a command, played on purpose:
+# the Ctrl-C comes while a library runs, and the library leaves its trace. The command is
+# `kvoffload fixes` with its work replaced by the story's.
+LIBRARY_AT_CTRL_C = """
+import ctypes, os, signal, sys
+import kvoffload.cli.info as info
+from kvoffload.cli import main
+
+TRACE = sys.argv[1]
+
+def work(args):
+    if TRACE == "flag":
+        # A KeyboardInterrupt inside Python code that a C library ran (PyRun_*) sets CPython's
+        # flag for an unhandled one, handled or not: the interpreter killed itself with SIGINT at
+        # exit (status -2, not 130), or aborted in torch's clean-up.
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 1
+        raise KeyboardInterrupt
+    try:  # numpy's import turns the KeyboardInterrupt into an ImportError
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+    except KeyboardInterrupt:
+        raise ImportError("PyCapsule_Import could not import module 'datetime'") from None
+
+info._cmd_fixes = work
+sys.argv = ["kvoffload", "fixes"]
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("trace", ["flag", "import-error"])
+def test_a_ctrl_c_a_library_leaves_its_trace_on_still_ends_with_130_and_one_line(trace, tmp_path):
+    """Run as ``python -m`` (as the console script runs): that path honours CPython's flag."""
+    (tmp_path / "story.py").write_text(LIBRARY_AT_CTRL_C)
+    done = subprocess.run([sys.executable, "-m", "story", trace], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, preexec_fn=default_ctrl_c)
+    assert (done.returncode, done.stderr) == (130, "kvoffload: interrupted\n")

@@ -15,6 +15,7 @@ seconds is caught like any other.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -23,16 +24,36 @@ INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process killed by 
 
 def main(argv: "list[str] | None" = None) -> int:
     """Run one command; ``argv`` None means this process's command line (the console script)."""
-    try:
-        from kvoffload.cli.app import dispatch
+    from kvoffload import interrupts
 
-        code = dispatch(argv)
+    try:
+        with interrupts.handling_ctrl_c():  # from the first import on: kvoffload/interrupts.py
+            try:
+                from kvoffload.cli.app import dispatch
+
+                code = dispatch(argv)
+            except Exception:
+                interrupts.check()  # an error a Ctrl-C caused (numpy's import turns one into an ImportError)
+                raise
+            interrupts.check()  # a Ctrl-C a finaliser swallowed: the files are whole, the exit is 130
     except KeyboardInterrupt:
         code = interrupted()
     if argv is None:
         # The work is done and its files are whole: a Ctrl-C from here on would only turn into a
         # traceback from torch's clean-up at interpreter exit, so it is ignored.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if code == INTERRUPTED:
+            # Interrupted, everything of ours unwound: exit now. An interrupt that came while a
+            # library ran Python code from C during its import leaves CPython's flag for "an
+            # unhandled KeyboardInterrupt" set, handled or not, and the interpreter then killed
+            # itself with SIGINT at exit (status -2, not 130) or aborted in torch's clean-up
+            # (issue 31's fault trials: 6 of 30 Ctrl-Cs in the first second of a report).
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
     return code
 
 

@@ -8,7 +8,6 @@ import re
 import sys
 from typing import Sequence
 
-from kvoffload import interrupts
 from kvoffload.cli import bench, compare, gate, info, releases, run, sweep
 from kvoffload.cli.flags import UsageError
 from kvoffload.core.types import ConfigError
@@ -47,10 +46,7 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
             if "\0" in text:  # no path or value can hold one (a shell cannot pass one; a caller can)
                 raise UsageError(f"argument {text!r}: holds a NUL byte")
         args = build_parser().parse_args(argv)
-        with interrupts.handling_ctrl_c():
-            code = args.handler(args)
-            interrupts.check()  # a Ctrl-C a finaliser swallowed: the files are whole, the exit is 130
-        return code
+        return args.handler(args)
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
