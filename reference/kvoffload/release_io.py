@@ -57,13 +57,15 @@ def venv_python(venv: str, places: Sequence[Path]) -> Path | None:
 # ---- the process tree -----------------------------------------------------------------------
 
 
-def _parent_death_guard(parent: int):
-    """The function a child runs between fork and exec: SIGKILL when its parent dies (Linux);
-    a child whose parent died before the guard was set exits at once. None off Linux."""
+def parent_death_guard(parent: int):
+    """A function that makes the calling process get SIGKILL when its parent dies (Linux's
+    ``PR_SET_PDEATHSIG``), and exit at once if ``parent`` died before it was set; None off Linux.
+    Run between fork and exec (``run_rows``), or first thing in a process (``kvoffload.cli``
+    under ``KVOFFLOAD_DIE_WITH_PARENT=1``)."""
     try:
         import ctypes
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not in the forked child
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not in a forked child
     except (OSError, AttributeError):
         return None
 
@@ -91,7 +93,7 @@ def run_rows(python: Path, jobs: Sequence[tuple[str, str]], preset: str | None, 
                                         *(f"{workload}:{scheduling}" for workload, scheduling in jobs)],
                                        env={**env, PARENT_FD_ENV: str(read_end)}, stdin=subprocess.DEVNULL,
                                        stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=(read_end,),
-                                       preexec_fn=_parent_death_guard(os.getpid()))
+                                       preexec_fn=parent_death_guard(os.getpid()))
         finally:
             os.close(read_end)
         try:

@@ -115,3 +115,50 @@ def test_a_ctrl_c_a_library_leaves_its_trace_on_still_ends_with_130_and_one_line
     done = subprocess.run([sys.executable, "-m", "story", trace], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, preexec_fn=default_ctrl_c)
     assert (done.returncode, done.stderr) == (130, "kvoffload: interrupted\n")
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["KVOFFLOAD_DIE_WITH_PARENT=1", "unset"])
+def test_a_scripts_step_dies_with_the_script_when_it_asks(guarded, tmp_path):
+    """``benchmarks/publish`` killed by SIGKILL left its ``kvoffload report`` running as an orphan
+    (issue 31's fault trials); a script that sets KVOFFLOAD_DIE_WITH_PARENT=1 takes its steps with
+    it. Unset, a command outlives its parent, as ``nohup`` users expect."""
+    env = {**os.environ, "KVOFFLOAD_DIE_WITH_PARENT": "1" if guarded else "0"}
+    script = subprocess.Popen(["sh", "-c", f"{sys.executable} -m kvoffload.cli run --quiet --workload multi-turn "
+                                           f"--out {tmp_path / 'r.json'}; true"], env=env, start_new_session=True)
+    step = None
+    try:
+        wait_for(lambda: bool(children(script.pid)), script, "the step's start")
+        step = children(script.pid)[0]
+        maps = Path(f"/proc/{step}/maps")
+        wait_for(lambda: "libtorch" in maps.read_text(), script, "the step's torch import")  # its main runs
+        script.kill()
+        script.wait(timeout=60)
+        if guarded:
+            deadline = time.monotonic() + 30
+            while running(step) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not running(step)
+        else:
+            time.sleep(2)  # the replay of multi-turn takes far longer: still running, as it should
+            assert running(step)
+    finally:
+        if step is not None and running(step):
+            os.kill(step, signal.SIGKILL)
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                found.append(int(entry))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -134,3 +134,30 @@ def test_a_ctrl_c_a_finaliser_swallowed_still_ends_the_report_with_130(tmp_path)
     written = sorted(path.name for path in (tmp_path / "charts").iterdir())
     assert written == ["ablation-w.png"]  # drawn before the Ctrl-C, whole; nothing after it
     assert (tmp_path / "charts" / "ablation-w.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_an_earlier_reports_figures_go_only_when_this_one_is_whole(tmp_path, capsys, monkeypatch):
+    """Removed first before issue 31: a report interrupted halfway left the folder without the
+    figures it had not redrawn yet (an interrupted ``publish --charts`` deleted 22 tracked charts).
+    Now they are removed at the end, only those this report did not redraw."""
+    import kvoffload.report as report
+
+    run_result(tmp_path / "src", "r.json", "w")
+    charts = tmp_path / "charts"
+    charts.mkdir()
+    earlier = {"ablation-w.png": PNG_MAGIC + b"old", "asv-gone.png": PNG_MAGIC, "releases-gone.csv": "a,b\n"}
+    for name, content in earlier.items():
+        (charts / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+
+    def interrupted(runs, out):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(report, "draw_store_delays", interrupted)
+        assert main(["report", "--from", str(tmp_path / "src"), "--out", str(charts)]) == 130
+    assert sorted(path.name for path in charts.iterdir()) == sorted(earlier)  # all there, ablation-w.png redrawn
+    assert (charts / "ablation-w.png").read_bytes() != earlier["ablation-w.png"]
+
+    assert main(["report", "--from", str(tmp_path / "src"), "--out", str(charts)]) == 0, capsys.readouterr().err
+    assert not any((charts / name).exists() for name in ("asv-gone.png", "releases-gone.csv"))
+    assert (charts / "ablation-w.png").exists() and (charts / "index.html").exists()

@@ -20,12 +20,22 @@ import signal
 import sys
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process killed by Ctrl-C
+# Set by a script whose steps are kvoffload commands (benchmarks/publish): each dies when the
+# script dies, SIGKILL included, instead of running on as an orphan (issue 31's fault trials; its
+# temporary files are removed by the next writer: results.remove_left_overs).
+DIE_WITH_PARENT = "KVOFFLOAD_DIE_WITH_PARENT"
 
 
 def main(argv: "list[str] | None" = None) -> int:
     """Run one command; ``argv`` None means this process's command line (the console script)."""
     from kvoffload import interrupts
 
+    if argv is None and os.environ.get(DIE_WITH_PARENT) == "1":  # a script's step: it dies with the script
+        from kvoffload.release_io import parent_death_guard
+
+        guard = parent_death_guard(os.getppid())
+        if guard is not None:
+            guard()
     try:
         with interrupts.handling_ctrl_c():  # from the first import on: kvoffload/interrupts.py
             try:

@@ -26,7 +26,8 @@ the provenance of its points (result files, commits, machines), and its data is 
 (same name, ``.csv``).
 
 Sections without data are listed under "Not drawn" with the reason. Figures of earlier reports
-in ``out`` (our file-name patterns only) are removed first, so the folder matches its index.
+in ``out`` (our file-name patterns only) that this one did not redraw are removed at the end, so
+the folder matches its index.
 Every file is written whole or not at all (``results.atomic_output``); only regular files are
 replaced or removed: ``report_outputs`` names the existing ones, for the command line to check
 before any work, and the writer checks each again.
@@ -80,12 +81,29 @@ def report_outputs(out: Path) -> list[Path]:
     return found + sorted({path for pattern in FILE_PATTERNS for path in out.glob(pattern)})
 
 
-def _remove_stale(out: Path) -> None:
-    for pattern in FILE_PATTERNS:
-        for stale in out.glob(pattern):
-            if not stat.S_ISREG(os.lstat(stale).st_mode):
-                raise OSError(f"{stale}: not a regular file; refusing to remove it")
-            stale.unlink()
+def _earlier_figures(out: Path) -> dict[Path, int]:
+    """The files of our name patterns in ``out`` (an earlier report's), each with its inode:
+    one this report replaces gets a new one (``atomic_output`` renames a new file over it)."""
+    found = {}
+    for pattern in (*FILE_PATTERNS, *RELEASE_PATTERNS):
+        for path in out.glob(pattern):
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(f"{path}: not a regular file; refusing to remove it")
+            found[path] = info.st_ino
+    return found
+
+
+def _remove_stale(earlier: dict[Path, int]) -> None:
+    """Remove the earlier report's files this one did not redraw. At the end, not the start: a
+    report interrupted halfway leaves every file whole, old or new, none missing (the fault
+    trials of issue 31: an interrupted `publish --charts` deleted 22 tracked charts)."""
+    for path, inode in earlier.items():
+        try:
+            if os.lstat(path).st_ino == inode:
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def write_data(chart: Chart, out: Path) -> None:
@@ -139,8 +157,10 @@ def draw_report(source: Path, out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     with locked_folder(out):  # another report into this folder would remove what this one writes
         remove_left_overs(out, WRITTEN_PREFIXES, prefix=True)
-        _remove_stale(out)
-        return _draw(source, inputs, out)
+        earlier = _earlier_figures(out)
+        index = _draw(source, inputs, out)
+        _remove_stale(earlier)
+        return index
 
 
 def _draw(source: Path, inputs: Inputs, out: Path) -> Path:

@@ -13,7 +13,6 @@ axis spans its values with a margin, so a 3-point gap shows. Nothing is replayed
 from __future__ import annotations
 
 import os
-import stat
 import textwrap
 from pathlib import Path
 
@@ -45,12 +44,7 @@ def read_release_table(source: Path) -> dict | None:
 
 def draw_releases(source: Path, out: Path) -> tuple[list[Chart], str | None]:
     """The charts, and a note when there is nothing to draw (why, and the command that would)."""
-    for pattern in FILE_PATTERNS:
-        for stale in out.glob(pattern):
-            if not stat.S_ISREG(os.lstat(stale).st_mode):
-                raise OSError(f"{stale}: not a regular file; refusing to remove it")
-            stale.unlink()
-    table = read_release_table(source)
+    table = read_release_table(source)  # an earlier report's charts: removed by draw_report if not redrawn
     if table is None:
         return [], f"vLLM releases: no {source / TABLE_PATH} (kvoffload releases writes it)"
     releases = [entry["release"] for entry in table["releases"]]
