@@ -1,6 +1,6 @@
-"""The hostile inputs of issues 15 and 22 (those of issue 31 are in ``hostile_commands.py``), as cases: the files each builds in a fresh folder, the
-command it runs, and the words its one-line error must hold. ``test_hostile_input.py`` runs them
-(this folder is on ``sys.path``: conftest.py).
+"""The hostile inputs of issues 15 and 22 (those of issue 31 are in ``hostile_commands.py``), as
+cases: the files each builds in a fresh folder, the command it runs, and the words its one-line
+error must hold. ``test_hostile_input.py`` runs them (this folder is on ``sys.path``: conftest.py).
 
 ``python tests/cli/hostile_cases.py`` prints the cases as a table: class, command, exit, message
 (the closing table of issue 15).
@@ -355,8 +355,6 @@ CASES = [
     Case("--set KEY twice", RUN + ("--set", "cpu_chunks=4", "--set", "cpu_chunks=8"),
          "--set cpu_chunks given twice"),
 ]
-
-
 
 
 if __name__ == "__main__":  # the closing table of issue 15
