@@ -4,7 +4,9 @@ left behind counted.
 Each trial runs one command of ``COMMANDS`` in a scratch copy of this checkout's tracked files
 (its own git repository, so ``publish`` finds a clean tree and nothing of the checkout can
 change), in a session of its own, marked by an environment variable every process it starts
-inherits. At a moment drawn from the trial's seeded generator it sends:
+inherits. At a moment drawn from the trial's seeded generator, a fraction of a whole run of the
+same command timed in the same copy (so the signal lands inside the run on an idle machine and on
+a loaded one alike), it sends:
 
 - SIGINT to the session's process group, as a terminal's Ctrl-C does: the command must exit 130
   (or have finished first);
@@ -25,6 +27,7 @@ signals, ``KVOFFLOAD_FAULT_RUNS`` seeds each).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -64,13 +67,14 @@ for job in sys.argv[3:]:
 @dataclass(frozen=True)
 class Command:
     """A command as a trial runs it: its argv (in the copy), the folders its outputs go to
-    (relative to the copy), and how long a whole run takes here (the span a moment is drawn from)."""
+    (relative to the copy), and how long a whole run takes (the span a moment is drawn from; None:
+    timed by a whole run in the copy, ``whole_run_seconds``)."""
 
     name: str
     argv: tuple[str, ...]
     outputs: tuple[str, ...]
-    seconds: float
-    # The moment is drawn from [settle, settle + seconds]: a signal in the interpreter's own first
+    seconds: float | None = None
+    # The moment is drawn from [settle, settle + span]: a signal in the interpreter's own first
     # fraction of a second, before any code of ours runs, is Python's to handle (a traceback).
     settle: float = 1.0
 
@@ -78,15 +82,15 @@ class Command:
 KV = (sys.executable, "-m", "kvoffload.cli")
 COMMANDS = {
     "run": Command("run", (*KV, "run", "--workload", "multi-turn-small", "--out", "out/run/r.json", "--trace",
-                           "out/run/t.json"), ("out/run",), 8),
-    "bench": Command("bench", (*KV, "bench", "--small", "--quiet", "--out-dir", "out/bench"), ("out/bench",), 40),
+                           "out/run/t.json"), ("out/run",)),
+    "bench": Command("bench", (*KV, "bench", "--small", "--quiet", "--out-dir", "out/bench"), ("out/bench",)),
     "sweep": Command("sweep", (*KV, "sweep", "--workload", "multi-turn-small", "--preset", "reference", "--preset",
                                "vllm-0.25", "--grid", "cpu_chunks=16,64", "--jobs", "2", "--quiet", "--out-dir",
-                               "out/sweep"), ("out/sweep",), 25),
-    "report": Command("report", (*KV, "report", "--from", "results", "--out", "out/charts"), ("out/charts",), 35),
+                               "out/sweep"), ("out/sweep",)),
+    "report": Command("report", (*KV, "report", "--from", "results", "--out", "out/charts"), ("out/charts",)),
     "releases": Command("releases", (*KV, "releases", "--release", "0.29.0", "--workload", "multi-turn-small",
-                                     "--out", "out/releases/releases.json"), ("out/releases",), 12),
-    "publish": Command("publish", ("benchmarks/publish", "--charts"), ("results/charts", "results/scaling"), 45),
+                                     "--out", "out/releases/releases.json"), ("out/releases",)),
+    "publish": Command("publish", ("benchmarks/publish", "--charts"), ("results/charts", "results/scaling")),
 }
 
 
@@ -99,6 +103,7 @@ class Trial:
     signal: str
     seed: int
     moment: float = 0.0
+    span: float = 0.0  # the whole run the moment was drawn from
     exit: int | None = None
     finished_first: bool = False
     orphans: list[str] = field(default_factory=list)
@@ -152,9 +157,39 @@ def _git(copy: Path, *args: str) -> str:
 # ---- one trial --------------------------------------------------------------------------------
 
 
+# A moment is drawn from the first 90 % of the span after the settle: a signal in a run's last
+# instants mostly finds it finished, which tests nothing.
+SPAN_SHARE = 0.9
+
+
+@functools.lru_cache(maxsize=None)
+def whole_run_seconds(copy: Path, command: Command) -> float:
+    """``command.seconds``, or the wall time of one whole run of it in ``copy`` (its outputs then
+    removed): estimates fixed in the code let an idle machine finish every run before the moment
+    (18 of 18 run, bench and sweep trials finished first at load 6)."""
+    if command.seconds is not None:
+        return command.seconds
+    started, mark = time.monotonic(), f"{command.name}-whole-{os.getpid()}"
+    process, err = _start(copy, command, mark)
+    try:
+        process.wait(timeout=RUN_BOUND_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    seconds = time.monotonic() - started
+    err, left = _read(err), _orphans(mark)
+    _reset(copy, command)
+    if process.returncode != 0 or left:
+        raise RuntimeError(f"{command.name}: a whole run in the copy exited {process.returncode}, left {left}: "
+                           f"{err.strip()[-300:]}")
+    return seconds
+
+
 def run_trial(copy: Path, command: Command, signal_name: str, seed: int) -> Trial:
-    moment = command.settle + random.Random(seed).uniform(0, command.seconds)
-    trial = Trial(command.name, signal_name, seed, moment=round(moment, 2))
+    span = max(whole_run_seconds(copy, command) - command.settle, 0.1) * SPAN_SHARE
+    moment = command.settle + random.Random(seed).uniform(0, span)
+    trial = Trial(command.name, signal_name, seed, moment=round(moment, 2), span=round(span + command.settle, 2))
     mark = f"{command.name}-{signal_name}-{seed}-{os.getpid()}"
     process, err = _start(copy, command, mark)
     try:
@@ -310,7 +345,7 @@ def table(trials: list[Trial]) -> str:
 def describe(trial: Trial) -> str:
     what = "finished first" if trial.finished_first else f"exit {trial.exit}"
     found = trial.orphans + trial.partial + trial.changed + ([trial.note] if trial.note else [])
-    return (f"{trial.command} {trial.signal} seed {trial.seed} at {trial.moment} s: {what}"
+    return (f"{trial.command} {trial.signal} seed {trial.seed} at {trial.moment} s of a {trial.span} s run: {what}"
             + (f"; {'; '.join(found)}" if found else ""))
 
 

@@ -28,7 +28,8 @@ PLAN = ([(command, signal_name, BASE_SEED + run) for command in COMMANDS for sig
 # cut short under its final name, a tracked file changed. A second run (after SIGKILL) ends at once.
 PLANTED = Command("planted", ("sh", "-c", "mkdir -p out/planted; [ -e out/planted/.ran ] && exit 0; "
                                           "touch out/planted/.ran; sleep 600 & printf '{\"cut' > out/planted/r.json; "
-                                          "echo planted-change >> README.md; sleep 600"), ("out/planted",), 0.5, settle=2.0)
+                                          "echo planted-change >> README.md; sleep 600"), ("out/planted",), seconds=2.5,
+                  settle=2.0)
 
 
 @pytest.fixture(scope="module")
