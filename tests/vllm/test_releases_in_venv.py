@@ -21,6 +21,8 @@ TRACE = [{"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [
          {"timestamp": 200, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}]
 
 
+@pytest.mark.vllm_on_demand  # a replay through vLLM's scheduler: 28 s at load 6; the split itself is
+# test_releases_hardened's test_a_job_is_split_at_its_last_colon, in the main suite
 def test_rows_keeps_a_mooncake_workload_whole_and_prints_what_releases_accepts(tmp_path, capsys):
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps(line) + "\n" for line in TRACE))
