@@ -87,6 +87,7 @@ import kvoffload.cli.info as info
 from kvoffload.cli import main
 
 TRACE = sys.argv[1]
+HELD = []
 
 def work(args):
     if TRACE == "flag":
@@ -94,6 +95,12 @@ def work(args):
         # flag for an unhandled one, handled or not: the interpreter killed itself with SIGINT at
         # exit (status -2, not 130), or aborted in torch's clean-up.
         ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 1
+        raise KeyboardInterrupt
+    if TRACE == "semaphore":
+        # A parallel sweep's process pool: its queues' semaphores are registered with
+        # multiprocessing's resource tracker, and unregistered by finalisers at a normal exit.
+        import multiprocessing
+        HELD.append(multiprocessing.get_context("spawn").Lock())
         raise KeyboardInterrupt
     try:  # numpy's import turns the KeyboardInterrupt into an ImportError
         os.kill(os.getpid(), signal.SIGINT)
@@ -108,7 +115,7 @@ sys.exit(main())
 """
 
 
-@pytest.mark.parametrize("trace", ["flag", "import-error"])
+@pytest.mark.parametrize("trace", ["flag", "import-error", "semaphore"])
 def test_a_ctrl_c_a_library_leaves_its_trace_on_still_ends_with_130_and_one_line(trace, tmp_path):
     """Run as ``python -m`` (as the console script runs): that path honours CPython's flag."""
     (tmp_path / "story.py").write_text(LIBRARY_AT_CTRL_C)

@@ -58,6 +58,12 @@ def main(argv: "list[str] | None" = None) -> int:
             # unhandled KeyboardInterrupt" set, handled or not, and the interpreter then killed
             # itself with SIGINT at exit (status -2, not 130) or aborted in torch's clean-up
             # (issue 31's fault trials: 6 of 30 Ctrl-Cs in the first second of a report).
+            # os._exit skips the exit functions: multiprocessing's are run first, or a parallel
+            # sweep's semaphores were never unregistered and its resource tracker warned of them
+            # on stderr after our one line (found by the nightly CLI fuzz).
+            multiprocessing_util = sys.modules.get("multiprocessing.util")
+            if multiprocessing_util is not None:
+                multiprocessing_util._exit_function()  # registered with atexit by multiprocessing itself
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
