@@ -41,6 +41,39 @@ def check_source(source: str, preset: str | None = None, disabled: tuple[str, ..
         raise ConfigError(f"presets and disabled fixes apply to the reference connector, not to {source}")
 
 
+def check_module_found(source: str) -> None:
+    """A ConfigError unless the module of a ``MODULE:CLASS`` source can be found, looked up on
+    ``sys.path`` without importing it or its packages: the command line says "no module" at once,
+    not after vLLM's import (seconds to tens of seconds). Whether the class is there, and whether
+    the module imports, only vLLM's loader can tell."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    module, sep, _ = source.partition(":")
+    if source in (STOCK, REFERENCE) or not sep:
+        return
+    parts = module.split(".")
+    if not all(part.isidentifier() for part in parts):
+        raise ConfigError(f"--connector {source}: {module!r} is not a module name (dotted identifiers)")
+    search: list[str] | None = None
+    for depth in range(len(parts)):
+        name = ".".join(parts[:depth + 1])
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            spec = getattr(loaded, "__spec__", None)
+        elif depth == 0:  # a top-level name: every finder asked, nothing imported
+            spec = importlib.util.find_spec(name)
+        else:  # a submodule: its package's folders searched, the package not imported
+            spec = importlib.machinery.PathFinder.find_spec(name, search)
+        if spec is None:
+            raise ConfigError(f"--connector {source}: no module {name!r} on the Python path")
+        if (depth + 1 < len(parts) and spec.submodule_search_locations is None
+                and ".".join(parts[:depth + 2]) not in sys.modules):  # os.path: a module os put there
+            raise ConfigError(f"--connector {source}: {name!r} is a module, not a package holding {parts[depth + 1]!r}")
+        search = list(spec.submodule_search_locations or [])
+
+
 @dataclass(frozen=True)
 class ConnectorChoice:
     """Which connector a run drives: the reference with all fixes, a vLLM preset, or fixes off;

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import math
 import os
+import re
 import platform
 import stat
 import subprocess
@@ -18,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from kvoffload import long_numbers
+from kvoffload import interrupts, long_numbers
 
 # A bound, not a speed target: git answers in milliseconds; a wedged git must not hang a run.
 GIT_SECONDS = 30
@@ -58,6 +60,19 @@ def git_commit(root: Path | None = None) -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+@contextlib.contextmanager
+def locked_folder(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder`` (created if missing) for as long as the block runs: one
+    writer at a time of a set of files in it (a release table's read-merge-write, a report)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(handle)  # releases the lock
+
+
 def build_result(*, workload: dict, connector: dict, config: Any, metrics: dict, seed: int,
                  error: dict | None = None) -> dict[str, Any]:
     return {
@@ -80,20 +95,45 @@ def atomic_output(path: Path, mode: str = "w") -> Iterator[IO]:
     file is ever replaced (commands check their outputs before any work; checked again here because
     the path may have changed meanwhile): a FIFO, a device or a symbolic link raises OSError, so a
     FIFO never blocks the write and a link is never written through.
+
+    A writer killed by SIGKILL cannot remove its temporary file; the next writer of the same
+    path does (``remove_left_overs``): the temporary file is locked (``flock``) while its
+    writer lives, and the kernel drops the lock with the process, so a temporary file that can be
+    locked is one nobody writes any more.
     """
+    interrupts.check()  # a Ctrl-C swallowed since the last file (kvoffload.interrupts): no new one
     path.parent.mkdir(parents=True, exist_ok=True)
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
         raise OSError(f"{path}: not a regular file; refusing to replace it")
-    fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent)
+    fd, tmp = _locked_temporary(path)
     try:
+        remove_left_overs(path.parent, (path.name,))
         os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; results are meant to be shared
-        with os.fdopen(fd, mode) as handle:
+        with os.fdopen(os.dup(fd), mode) as handle:  # fd keeps the lock until the rename is done
             yield handle
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    finally:
+        os.close(fd)
+
+
+def _locked_temporary(path: Path) -> tuple[int, str]:
+    """A new temporary file beside ``path``, locked by this process (``atomic_output``). A
+    temporary file another writer's clean-up removed between its creation and the lock (the
+    lock was free for that instant) is given up for a new one."""
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=TEMPORARY_SUFFIX, dir=path.parent)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_nlink > 0:
+                return fd, tmp
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 TEMPORARY_SUFFIX = ".tmp"
@@ -106,6 +146,46 @@ _TEMPORARY_STEM = 48  # characters of the file's own name kept in the temporary 
 def _temporary_prefix(path: Path) -> str:
     """``.<name>.``, the name cut to 48 characters: a temporary name fits wherever a name does."""
     return f".{path.name[:_TEMPORARY_STEM]}."
+
+
+def remove_left_overs(folder: Path, names: "tuple[str, ...]", *, prefix: bool = False) -> list[str]:
+    """Remove the temporary files in ``folder`` that writers of ``names`` (with ``prefix``: of
+    names that start so) left when they were killed: each of our temporary names
+    (``.NAME.XXXXXXXX.tmp``) that no live writer holds locked. Returns their names."""
+    stems = {_temporary_prefix(Path(name)) for name in names}
+    removed = []
+    try:
+        candidates = os.listdir(folder)
+    except OSError:
+        return removed
+    for entry in candidates:
+        match = _TEMPORARY.match(entry)
+        if not match or not (match[1] in stems or prefix and any(match[1].startswith(s[:-1]) for s in stems)):
+            continue
+        left = os.path.join(folder, entry)
+        try:
+            fd = os.open(left, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # gone meanwhile, or a symbolic link: not ours
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a live writer's
+                continue
+            os.unlink(left)
+            removed.append(entry)
+        except FileNotFoundError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+# What tempfile.mkstemp names our temporary files: the prefix (``_temporary_prefix``), eight
+# characters of its alphabet (CPython's ``_RandomNameSequence``), the suffix.
+_TEMPORARY = re.compile(r"\A(\..*\.)[a-z0-9_]{8}" + re.escape(TEMPORARY_SUFFIX) + r"\Z", re.DOTALL)
 
 
 def temporary_name(path: Path) -> str:

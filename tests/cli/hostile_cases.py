@@ -1,6 +1,6 @@
-"""The hostile inputs of issues 15 and 22, as cases: the files each builds in a fresh folder, the
-command it runs, and the words its one-line error must hold. ``test_hostile_input.py`` runs them
-(this folder is on ``sys.path``: conftest.py).
+"""The hostile inputs of issues 15 and 22 (those of issue 31 are in ``hostile_commands.py``), as
+cases: the files each builds in a fresh folder, the command it runs, and the words its one-line
+error must hold. ``test_hostile_input.py`` runs them (this folder is on ``sys.path``: conftest.py).
 
 ``python tests/cli/hostile_cases.py`` prints the cases as a table: class, command, exit, message
 (the closing table of issue 15).
@@ -364,8 +364,10 @@ if __name__ == "__main__":  # the closing table of issue 15
 
     from kvoffload.cli import main
 
+    from hostile_commands import COMMAND_CASES
+
     print("| class | command | exit | message |\n|---|---|---|---|")
-    for case in CASES:
+    for case in CASES + COMMAND_CASES:
         with tempfile.TemporaryDirectory() as folder:
             os.chdir(folder)
             case.setup(Path(folder))

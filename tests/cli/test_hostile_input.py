@@ -1,4 +1,4 @@
-"""Input nobody here wrote: every class of issues 15 and 22 fails fast, with one line, exit 2, nothing written.
+"""Input nobody here wrote: every class of issues 15, 22 and 31 fails fast, with one line, exit 2, nothing written.
 
 Each case builds its files in a fresh folder, runs the command in-process and checks: exit 2, one
 line on stderr starting ``kvoffload: error:`` and naming the problem, no traceback, no file
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from hostile_cases import (CASES, DEEP, HUGE, PROCESS_SECONDS, REPORT, RESULT, SECONDS, Case, asv_source, mooncake,
                            result_file)
+from hostile_commands import COMMAND_CASES
 
 
 def _run(case: Case, folder: Path, capsys) -> tuple[int, str, float]:
@@ -51,7 +52,7 @@ def _hung(signum, frame):
     raise Hung(f"still running after {SECONDS} s")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+@pytest.mark.parametrize("case", CASES + COMMAND_CASES, ids=[case.name for case in CASES + COMMAND_CASES])
 def test_hostile_input_is_one_line_exit_2_and_nothing_written(case, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a default result path would land here
     case.setup(tmp_path)

@@ -14,6 +14,7 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.cli import releases as releases_cli
+from kvoffload.results import locked_folder
 from kvoffload.releases import (SimulatorRow, compare, needs_second_pass, preset_inside, releases_markdown,
                                 venv_name)
 
@@ -228,10 +229,10 @@ def test_runs_of_two_releases_merge_one_at_a_time(tmp_path):
     entered = threading.Event()
 
     def second():
-        with releases_cli._locked(tmp_path / "table"):
+        with locked_folder(tmp_path / "table"):
             entered.set()
 
-    with releases_cli._locked(tmp_path / "table"):
+    with locked_folder(tmp_path / "table"):
         thread = threading.Thread(target=second)
         thread.start()
         assert not entered.wait(0.3)  # held by the first run

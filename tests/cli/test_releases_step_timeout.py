@@ -11,24 +11,21 @@ import pytest
 
 import kvoffload.cli.releases as releases_cli
 from kvoffload.cli import main
-from kvoffload.cli.releases import venv_name
 
 
 @pytest.fixture
 def child_commands(monkeypatch, tmp_path):
+    """The options each release's child would get (release_io.run_rows), the child not started."""
     commands = []
 
-    real_run = subprocess.run
+    def run_rows(python, jobs, preset, env, timeout, options=()):
+        commands.append([*options, *(f"{w}:{s}" for w, s in jobs)])
+        raise subprocess.TimeoutExpired(str(python), timeout)  # stop at the first child
 
-    def run(command, **kwargs):
-        if "kvoffload.vllm.rows" not in command:
-            return real_run(command, **kwargs)  # git, asked which commit this run measures at
-        commands.append(command)
-        raise subprocess.TimeoutExpired(command, 1)  # stop at the first child: its command is what counts
-
-    monkeypatch.setattr(releases_cli.subprocess, "run", run)
-    (tmp_path / venv_name("0.32.0") / "bin").mkdir(parents=True)
-    (tmp_path / venv_name("0.32.0") / "bin" / "python").write_text("")
+    monkeypatch.setattr(releases_cli, "run_rows", run_rows)
+    monkeypatch.setattr(releases_cli, "venv_python", lambda name, places: tmp_path / name / "bin" / "python")
+    import kvoffload.cli.releases_family as family_cli  # the connector matrix looks its venvs up too
+    monkeypatch.setattr(family_cli, "venv_python", lambda name, places: tmp_path / name / "bin" / "python")
     monkeypatch.chdir(tmp_path)
     return commands
 

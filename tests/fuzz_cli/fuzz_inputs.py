@@ -9,6 +9,9 @@ harness slow.
 
 Examples are derandomized (the same inputs in every CI run, so a red build reproduces);
 ``KVOFFLOAD_FUZZ=random`` draws fresh inputs and ``KVOFFLOAD_FUZZ_EXAMPLES=3`` triples the count.
+The nightly profile (``KVOFFLOAD_FUZZ=nightly``, ``.ci/nightly``) draws fresh inputs, ten times
+as many unless ``KVOFFLOAD_FUZZ_EXAMPLES`` says otherwise, and runs the fault trials of every
+command (``test_fault_trials.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from hypothesis import strategies as st
 
 from kvoffload.workloads.limits import MAX_JSON_DEPTH, MAX_REQUESTS, MAX_STEP, MAX_TOKENS
 
-_SCALE = float(os.environ.get("KVOFFLOAD_FUZZ_EXAMPLES", "1"))
+NIGHTLY = os.environ.get("KVOFFLOAD_FUZZ") == "nightly"
+_SCALE = float(os.environ.get("KVOFFLOAD_FUZZ_EXAMPLES", "10" if NIGHTLY else "1"))
 # Inputs run in this session, by category (conftest prints them at the end: the harness's count).
 INPUTS: Counter[str] = Counter()
 
@@ -32,7 +36,7 @@ INPUTS: Counter[str] = Counter()
 def fuzz_settings(examples: int, seconds: float = 15) -> settings:
     return settings(
         max_examples=max(1, int(examples * _SCALE)),
-        derandomize=os.environ.get("KVOFFLOAD_FUZZ") != "random",
+        derandomize=os.environ.get("KVOFFLOAD_FUZZ") not in ("random", "nightly"),
         database=None,  # no .hypothesis/ folder from CI runs
         deadline=timedelta(seconds=seconds),  # the time bound of one input, on a loaded 2-core machine
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,

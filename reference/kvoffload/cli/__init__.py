@@ -15,24 +15,61 @@ seconds is caught like any other.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a process killed by Ctrl-C
+# Set by a script whose steps are kvoffload commands (benchmarks/publish): each dies when the
+# script dies, SIGKILL included, instead of running on as an orphan (issue 31's fault trials; its
+# temporary files are removed by the next writer: results.remove_left_overs).
+DIE_WITH_PARENT = "KVOFFLOAD_DIE_WITH_PARENT"
 
 
 def main(argv: "list[str] | None" = None) -> int:
     """Run one command; ``argv`` None means this process's command line (the console script)."""
-    try:
-        from kvoffload.cli.app import dispatch
+    from kvoffload import interrupts
 
-        code = dispatch(argv)
+    if argv is None and os.environ.get(DIE_WITH_PARENT) == "1":  # a script's step: it dies with the script
+        from kvoffload.release_io import parent_death_guard
+
+        guard = parent_death_guard(os.getppid())
+        if guard is not None:
+            guard()
+    try:
+        with interrupts.handling_ctrl_c():  # from the first import on: kvoffload/interrupts.py
+            try:
+                from kvoffload.cli.app import dispatch
+
+                code = dispatch(argv)
+            except Exception:
+                interrupts.check()  # an error a Ctrl-C caused (numpy's import turns one into an ImportError)
+                raise
+            interrupts.check()  # a Ctrl-C a finaliser swallowed: the files are whole, the exit is 130
     except KeyboardInterrupt:
         code = interrupted()
     if argv is None:
         # The work is done and its files are whole: a Ctrl-C from here on would only turn into a
         # traceback from torch's clean-up at interpreter exit, so it is ignored.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if code == INTERRUPTED:
+            # Interrupted, everything of ours unwound: exit now. An interrupt that came while a
+            # library ran Python code from C during its import leaves CPython's flag for "an
+            # unhandled KeyboardInterrupt" set, handled or not, and the interpreter then killed
+            # itself with SIGINT at exit (status -2, not 130) or aborted in torch's clean-up
+            # (issue 31's fault trials: 6 of 30 Ctrl-Cs in the first second of a report).
+            # os._exit skips the exit functions: multiprocessing's are run first, or a parallel
+            # sweep's semaphores were never unregistered and its resource tracker warned of them
+            # on stderr after our one line (found by the nightly CLI fuzz).
+            multiprocessing_util = sys.modules.get("multiprocessing.util")
+            if multiprocessing_util is not None:
+                multiprocessing_util._exit_function()  # registered with atexit by multiprocessing itself
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
     return code
 
 

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def dispatch(argv: Sequence[str] | None = None) -> int:
+    survive_any_encoding()
     try:
         for text in sys.argv[1:] if argv is None else argv:
             if "\0" in text:  # no path or value can hold one (a shell cannot pass one; a caller can)
@@ -53,6 +54,19 @@ def dispatch(argv: Sequence[str] | None = None) -> int:
         message = str(error).splitlines()[0] if str(error).strip() else type(error).__name__
         print(f"kvoffload: error: {shorten(message)}", file=sys.stderr)
         return 2
+
+
+def survive_any_encoding() -> None:
+    """A workload name, a path or a label may hold any character; a terminal or pipe that takes
+    ASCII only (``PYTHONIOENCODING=ascii``, ``LANG=C`` on an old Python) gets it as ``\\u00e9``
+    instead of a UnicodeEncodeError after the result was written."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # a closed or detached stream: nothing will be printed to it
+                pass
 
 
 LONGEST_WORD = 256  # characters of one value echoed in an error line (a path, a --set value)

@@ -16,7 +16,7 @@ from kvoffload.core.types import ConfigError
 from kvoffload.cli.findings import finding_lines
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM, VLLM_SCHEDULER
 from kvoffload.metrics import format_value
-from kvoffload.results import write_atomic
+from kvoffload.results import SCHEMA as RUN_SCHEMA, write_atomic
 from kvoffload.choice import ConnectorChoice
 from kvoffload.workloads import load_workload
 from kvoffload.workloads.bundled import BUNDLED_WORKLOADS, DENSE_WORKLOADS
@@ -26,6 +26,7 @@ from kvoffload.workloads.bundled import BUNDLED_WORKLOADS, DENSE_WORKLOADS
 # ones: a real model's KV cache groups are its own, not a hybrid workload's.
 BENCH_WORKLOADS = BUNDLED_WORKLOADS
 MODEL_WORKLOADS = DENSE_WORKLOADS
+SUMMARY_SCHEMA = "kvoffload-bench/bench/v1"  # bench-summary*.json (bench_model writes the vllm engine's)
 # A fix whose bug another fix hides: switched off alone it moves nothing, because the other one
 # already stops every path to the bug. storable_within_allocated clamps a store to the request's
 # allocated blocks and known keys, but with aborted_watermark on no watermark passes them (an
@@ -118,8 +119,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             for workload in workloads for engine, choice in choices]
     summary = out_dir / ("bench-summary-vllm.json" if three_way else summary_name(args.small))
     for _, _, _, path in plan:
-        check_output_file("--out-dir", path, create_parents=True)
-    check_output_file("--out-dir", summary, create_parents=True)
+        check_output_file("--out-dir", path, create_parents=True, kind=RUN_SCHEMA)
+    check_output_file("--out-dir", summary, create_parents=True, kind=SUMMARY_SCHEMA)
     rows, findings = [], {}
     started = time.perf_counter()
     refused = []
@@ -138,7 +139,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         findings[(workload.name, label)] = (choice, outcome)
     elapsed = time.perf_counter() - started
     write_atomic(summary, {
-        "schema": "kvoffload-bench/bench/v1", "seconds": round(elapsed, 1),
+        "schema": SUMMARY_SCHEMA, "seconds": round(elapsed, 1),
         "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f} for w, c, m, f in rows]})
     print(_bench_table(rows))
     lines = refused + bench_findings(findings)

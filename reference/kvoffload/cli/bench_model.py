@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 from kvoffload.choice import ConnectorChoice
+from kvoffload.cli.bench import SUMMARY_SCHEMA
 from kvoffload.cli.bench_folders import engine_folder, report_hint
 from kvoffload.cli.outputs import check_output_file
 from kvoffload.cli.run import engine_options, oracle_line, replay, slug
 from kvoffload.engines import SIMULATOR, VLLM
 from kvoffload.metrics import format_value
-from kvoffload.results import write_atomic
+from kvoffload.results import SCHEMA as RUN_SCHEMA, write_atomic
 
 BROKEN_FIX = "final_token_watermark"
 WARM_UP_STEPS = 60
@@ -46,7 +47,7 @@ def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, s
             plan.append((workload, VLLM, ConnectorChoice.build(disabled=disabled, source=source)))
     paths = [engine_folder(out_dir, e) / f"bench-{slug(w.name)}-{slug(c.label)}-{e}.json" for w, e, c in plan]
     for path in paths:
-        check_output_file("--out-dir", path, create_parents=True)
+        check_output_file("--out-dir", path, create_parents=True, kind=RUN_SCHEMA)
     baselines: dict = {}  # the off run's outcomes, per workload, for the connector runs' oracle
     options = {**engine_options(VLLM, model, True), "baselines": baselines}
     # The first engine of a process pays one-time costs in its replay (kernel primitives built
@@ -111,14 +112,14 @@ def ratio_lines(rows) -> str:
 
 def cmd_model_bench(args: argparse.Namespace, workloads, out_dir: Path) -> int:
     summary = out_dir / "bench-summary-engine-vllm.json"
-    check_output_file("--out-dir", summary, create_parents=True)
+    check_output_file("--out-dir", summary, create_parents=True, kind=SUMMARY_SCHEMA)
     started = time.perf_counter()
     from kvoffload.vllm.pinned import call_pinned  # no vLLM import: the child imports it
 
     rows, oracles = call_pinned(run_model_bench, workloads, out_dir, args.quiet, args.model, args.step_timeout,
                                 bound_s=args.step_timeout)
     elapsed = time.perf_counter() - started
-    write_atomic(summary, {"schema": "kvoffload-bench/bench/v1", "seconds": round(elapsed, 1),
+    write_atomic(summary, {"schema": SUMMARY_SCHEMA, "seconds": round(elapsed, 1),
                            "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f,
                                      "oracle": oracles.get((w, c))} for w, c, m, f in rows]})
     print(model_bench_table(rows, oracles))

@@ -31,13 +31,14 @@ def register(sub) -> None:
 
 
 def _cmd_gate(args: argparse.Namespace) -> int:
-    from kvoffload.gate import BASELINE, run_gate
+    from kvoffload.gate import BASELINE, SCHEMA, run_gate
 
     if args.update:
         if args.format != "text":
             raise UsageError(f"--format {args.format} formats the comparison; --update compares nothing")
         # The file to write is checked before the replays: a FIFO, a folder or a missing folder
         # found only when the baseline is written would waste them (and a FIFO would block).
-        check_output_file("--baseline", Path(args.baseline) if args.baseline else BASELINE, create_parents=True)
+        check_output_file("--baseline", Path(args.baseline) if args.baseline else BASELINE, create_parents=True,
+                          kind=SCHEMA)
     return run_gate(baseline=args.baseline, update=args.update, strict=args.strict, machine=args.machine,
                     repeats=args.repeats, fmt=args.format)

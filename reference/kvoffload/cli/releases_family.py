@@ -18,8 +18,9 @@ from pathlib import Path
 from kvoffload.cli.flags import UsageError
 from kvoffload.cli.outputs import check_output_file
 from kvoffload.metrics import format_value
+from kvoffload.release_io import venv_places, venv_python
 from kvoffload.releases import FULL_WORKLOADS, RELEASES, SCHEDULINGS, SMALL_WORKLOADS, ZERO_METRICS, venv_name
-from kvoffload.results import git_commit, write_atomic
+from kvoffload.results import git_commit, locked_folder, write_atomic
 
 SCHEMA = "kvoffload-bench/releases-connectors/v1"
 CELL_METRICS = ("last_block_hit_rate", "offload_hit_rate", *ZERO_METRICS, "store_submit_delay_steps_p50",
@@ -27,13 +28,15 @@ CELL_METRICS = ("last_block_hit_rate", "offload_hit_rate", *ZERO_METRICS, "store
 
 
 def cmd_connector_matrix(args: argparse.Namespace) -> int:
-    from kvoffload.cli.releases import CONNECTORS_OUT, DEFAULT_OUT, _locked, _release_rows
+    from kvoffload.cli.releases import CHECKOUT, CONNECTORS_OUT, DEFAULT_OUT, _release_rows
 
     releases = args.release or list(RELEASES)
     unknown = [r for r in releases if r not in RELEASES]
     if unknown:
         raise UsageError(f"--release {unknown[0]}: not a known release (known: {', '.join(RELEASES)})")
-    missing = [r for r in releases if not (Path(venv_name(r)) / "bin" / "python").exists()]
+    places = venv_places(CHECKOUT)
+    pythons = {release: venv_python(venv_name(release), places) for release in releases}
+    missing = [release for release, python in pythons.items() if python is None]
     if missing:
         raise UsageError(f"no venv for {', '.join(missing)}: create it with "
                          + "; ".join(f"./scripts/setup-vllm {r}" for r in missing))
@@ -44,11 +47,11 @@ def cmd_connector_matrix(args: argparse.Namespace) -> int:
     measured = []
     for release in releases:
         for connector in args.connector:
-            rows, seconds = _release_rows(release, jobs, args.timeout, connector=connector,
+            rows, seconds = _release_rows(release, pythons[release], jobs, args.timeout, connector=connector,
                                           step_bound_s=args.step_timeout)
             measured += [cell(row, connector, commit, seconds / len(rows)) for row in rows]
             print(matrix_text([c for c in measured if c["release"] == release]), flush=True)
-    with _locked(out.parent):
+    with locked_folder(out.parent):
         table = merged(earlier(out), measured)
         write_atomic(out, {"schema": SCHEMA, "rows": table})
     print(f"\nconnector x release matrix: {len(measured)} cells measured; table in {out}")

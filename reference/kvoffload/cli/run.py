@@ -11,13 +11,13 @@ from typing import Sequence
 
 from kvoffload.cli.findings import finding_lines, strict_failures
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
-from kvoffload.cli.outputs import DEFAULT_ROOT, check_distinct, check_output_file
+from kvoffload.cli.outputs import DEFAULT_ROOT, TRACE, check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
-from kvoffload.results import write_atomic
-from kvoffload.choice import SOURCES_HELP, ConnectorChoice, needs_storage
+from kvoffload.results import SCHEMA as RUN_SCHEMA, write_atomic
+from kvoffload.choice import SOURCES_HELP, ConnectorChoice, check_module_found, check_source, needs_storage
 from kvoffload.runner import RunOutcome, chrome_trace, replay_workload
 from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload
 
@@ -88,7 +88,8 @@ def connector_choice(preset: str | None, disabled: Sequence[str], source: str = 
     if preset == REFERENCE:  # as sweep --preset reference: the reference connector, every fix on
         preset = None
     if source != "reference" and ":" not in source and (preset or disabled):
-        raise UsageError(f"--preset and --disable-fix change the reference connector, not --connector {source}")
+        flag = "--preset" if preset else "--disable-fix"
+        raise UsageError(f"{flag} changes the reference connector, not --connector {source}")
     choice = ConnectorChoice.build(preset, tuple(disabled), source)  # unknown names: ConfigError
     if preset is not None:
         lacking = set(Fixes.preset(preset).disabled())
@@ -109,18 +110,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.engine != SIMULATOR and args.trace is not None:
         raise UsageError(f"--trace needs the simulator: the {args.engine} engine does not record jobs")
     choice = connector_choice(args.preset, args.disable_fix, args.connector)
-    outputs = []
-    if args.out is not None:  # a missing folder is made when the file is written (write_atomic)
-        outputs.append(("--out", check_output_file("--out", args.out, create_parents=True)))
-    if args.trace is not None:
-        outputs.append(("--trace", check_output_file("--trace", args.trace, create_parents=True)))
-    check_distinct(outputs)
+    check_connector_source(args.connector, args.preset, args.disable_fix)
+    outputs = [(flag, path) for flag, path in (("--out", args.out), ("--trace", args.trace)) if path is not None]
+    check_distinct(outputs)  # first: "the same file" says more than what the other one holds
+    for flag, path in outputs:  # a missing folder is made when the file is written (write_atomic)
+        check_output_file(flag, path, create_parents=True, kind={"--out": RUN_SCHEMA, "--trace": TRACE}[flag])
     workload = load_workload(args.workload, overrides)
     out = args.out
     if out is None:
         engine_part = "" if args.engine == SIMULATOR else f"-{args.engine}"
         out = check_output_file("--out", DEFAULT_ROOT / "runs" / f"{slug(workload.name)}-{slug(choice.label)}"
-                                f"{engine_part}.json", create_parents=True)
+                                f"{engine_part}.json", create_parents=True, kind=RUN_SCHEMA)
         check_distinct(outputs + [("--out", out)])
     if needs_storage(choice.source):  # a disk connector's files, beside the result, fresh for each run
         choice = dataclasses.replace(choice, storage_dir=str(fresh_storage(out)))
@@ -167,6 +167,16 @@ def fresh_storage(out: Path) -> Path:
     return folder
 
 
+def check_connector_source(source: str, preset: str | None, disabled: Sequence[str]) -> None:
+    """What can be said of ``--connector`` without vLLM, said before vLLM's import (seconds, and
+    its import-time warnings on stderr): its shape (``mod:``, ``a:b:c``) and whether its module
+    is there at all (``choice.check_module_found``)."""
+    if source == "off":
+        return
+    check_source(source, None if preset == REFERENCE else preset, tuple(disabled))
+    check_module_found(source)
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -181,8 +191,10 @@ def engine_options(engine: str, model: Path | None, oracle: bool) -> dict | None
     """The vllm engine's constructor options; the model directory is checked before any replay."""
     if engine != VLLM:
         return None
-    if model is not None and not (model / "config.json").is_file():
-        raise UsageError(f"--model {model}: not a model directory (no config.json)")
+    if model is not None:  # its config.json read and its weights found, without vLLM (no torch either)
+        from kvoffload.vllm.geometry import ModelChoice
+
+        ModelChoice.named(model)
     return {"model": None if model is None else str(model), "oracle": oracle}
 
 
@@ -206,14 +218,29 @@ def _positive_seconds(text: str) -> float:
 def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False,
            max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None,
            step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> RunOutcome:
+    if engine != SIMULATOR:  # vLLM's import and build warnings held until its first step (cli/stderr_hold.py)
+        from kvoffload.cli.app import BAD_INPUT
+        from kvoffload.cli.stderr_hold import StderrHold
+
+        with StderrHold(drop_on=BAD_INPUT) as hold:
+            return _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options,
+                           step_bound_s, first_step=hold.release)
+    return _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options, step_bound_s)
+
+
+def _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options, step_bound_s,
+            first_step=None) -> RunOutcome:
     if quiet:
-        return replay_workload(workload, choice, trace=trace, max_steps=max_steps, engine=engine,
-                               engine_options=engine_options, step_bound_s=step_bound_s)
+        return replay_workload(workload, choice, on_step=first_step and (lambda step, finished: first_step()),
+                               trace=trace, max_steps=max_steps, engine=engine, engine_options=engine_options,
+                               step_bound_s=step_bound_s)
     from tqdm import tqdm
 
     with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
               file=sys.stderr, leave=False, dynamic_ncols=True) as bar:
         def on_step(step: int, finished: int) -> None:
+            if first_step is not None:
+                first_step()
             if finished > bar.n:
                 bar.update(finished - bar.n)
         return replay_workload(workload, choice, on_step=on_step, trace=trace, max_steps=max_steps,

@@ -11,7 +11,7 @@ from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_f
 from kvoffload.cli.run import REFERENCE
 from kvoffload.engine.config import EngineConfig
 from kvoffload.metrics import format_value
-from kvoffload.results import read_result
+from kvoffload.results import SCHEMA as RUN_SCHEMA, read_result
 from kvoffload.choice import ConnectorChoice
 from kvoffload.sweep import check_cells, duplicates, plan_grid, run_grid, shard
 from kvoffload.workloads import WorkloadError
@@ -79,7 +79,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     share = _parse_shard(args.shard) if args.shard is not None else None
     out_dir = check_output_dir("--out-dir", args.out_dir)
     for cell in cells:  # the whole grid's names, whichever share this job runs
-        check_output_file("--out-dir", out_dir / cell.file_name(), create_parents=True)
+        check_output_file("--out-dir", out_dir / cell.file_name(), create_parents=True, kind=RUN_SCHEMA)
     if share is not None:
         cells = shard(cells, *share)
     check_cells(cells)  # every workload with every value, before the first replay

@@ -26,10 +26,17 @@ the provenance of its points (result files, commits, machines), and its data is 
 (same name, ``.csv``).
 
 Sections without data are listed under "Not drawn" with the reason. Figures of earlier reports
-in ``out`` (our file-name patterns only) are removed first, so the folder matches its index.
+in ``out`` (our file-name patterns only) that this one did not redraw are removed at the end, so
+the folder matches its index.
 Every file is written whole or not at all (``results.atomic_output``); only regular files are
 replaced or removed: ``report_outputs`` names the existing ones, for the command line to check
 before any work, and the writer checks each again.
+
+Every input is read and checked before the first file is written (``read_inputs``): a source the
+report cannot draw from leaves ``out`` as it was, not created and not half redrawn. Two reports
+into one folder take turns (a lock on it), and the temporary files of a report killed by SIGKILL
+are removed by the next one (``results.remove_left_overs``). A file name is derived from a
+workload's or benchmark's name one to one (``figures.slug``): two workloads never share a chart.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from __future__ import annotations
 import csv
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvoffload.report.ablation import draw_ablation
@@ -46,7 +54,8 @@ from kvoffload.report.figures import FILE_PATTERNS, Chart, draw_capacity
 from kvoffload.report.history import draw_asv_history
 from kvoffload.report.moves import latest_moves
 from kvoffload.report.page import Page, write_html, write_markdown
-from kvoffload.report.releases import draw_releases
+from kvoffload.report.releases import FILE_PATTERNS as RELEASE_PATTERNS
+from kvoffload.report.releases import draw_releases, read_release_table
 from kvoffload.report.sources import (
     asv_param_names,
     check_one_axis,
@@ -56,9 +65,11 @@ from kvoffload.report.sources import (
     read_asv_suite,
     read_main_line,
 )
-from kvoffload.results import ResultError, atomic_output
+from kvoffload.results import ResultError, atomic_output, locked_folder, remove_left_overs
 
 INDEX_FILES = ("index.html", "index.md")
+# The names a report writes start so: the temporary files of a killed report are found by them.
+WRITTEN_PREFIXES = (*INDEX_FILES, *(pattern.split("*")[0] for pattern in (*FILE_PATTERNS, *RELEASE_PATTERNS)))
 
 
 def report_outputs(out: Path) -> list[Path]:
@@ -70,12 +81,29 @@ def report_outputs(out: Path) -> list[Path]:
     return found + sorted({path for pattern in FILE_PATTERNS for path in out.glob(pattern)})
 
 
-def _remove_stale(out: Path) -> None:
-    for pattern in FILE_PATTERNS:
-        for stale in out.glob(pattern):
-            if not stat.S_ISREG(os.lstat(stale).st_mode):
-                raise OSError(f"{stale}: not a regular file; refusing to remove it")
-            stale.unlink()
+def _earlier_figures(out: Path) -> dict[Path, int]:
+    """The files of our name patterns in ``out`` (an earlier report's), each with its inode:
+    one this report replaces gets a new one (``atomic_output`` renames a new file over it)."""
+    found = {}
+    for pattern in (*FILE_PATTERNS, *RELEASE_PATTERNS):
+        for path in out.glob(pattern):
+            info = os.lstat(path)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(f"{path}: not a regular file; refusing to remove it")
+            found[path] = info.st_ino
+    return found
+
+
+def _remove_stale(earlier: dict[Path, int]) -> None:
+    """Remove the earlier report's files this one did not redraw. At the end, not the start: a
+    report interrupted halfway leaves every file whole, old or new, none missing (the fault
+    trials of issue 31: an interrupted `publish --charts` deleted 22 tracked charts)."""
+    for path, inode in earlier.items():
+        try:
+            if os.lstat(path).st_ino == inode:
+                path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def write_data(chart: Chart, out: Path) -> None:
@@ -85,12 +113,23 @@ def write_data(chart: Chart, out: Path) -> None:
             csv.writer(handle, lineterminator="\n").writerows(chart.table)
 
 
-def draw_report(source: Path, out: Path) -> Path:
-    """Draw every figure the result files under ``source`` support into ``out``; return index.html.
+@dataclass
+class Inputs:
+    """Everything a report draws from, read and checked (``read_inputs``)."""
 
-    Raises ResultError (one line, naming ``source``) when it is missing or holds no result files.
-    """
-    source, out = Path(source), Path(out)
+    runs: list = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    points: list = field(default_factory=list)
+    units: dict = field(default_factory=dict)
+    param_names: dict = field(default_factory=dict)
+    main_line: list = field(default_factory=list)
+    changes: list = field(default_factory=list)
+
+
+def read_inputs(source: Path) -> Inputs:
+    """Every file under ``source`` the report reads, checked: ResultError (one line, naming the
+    file) before anything is written. The release table is checked here and read again where it
+    is drawn."""
     check_source(source)
     runs, ignored = find_runs(source)
     check_one_axis(runs)  # runs of two commits never share a chart
@@ -100,10 +139,33 @@ def draw_report(source: Path, out: Path) -> Path:
     if not runs and not points:
         raise ResultError(f"{source}: no result files (expected kvoffload run results, *.json at any depth, "
                           f"or asv results under {source / 'asv'}/<machine>/)")
-    out.mkdir(parents=True, exist_ok=True)
-    _remove_stale(out)
+    read_release_table(source)
+    inputs = Inputs(runs, ignored, points, units)
+    if points:
+        inputs.param_names = asv_param_names(read_asv_suite(source / "asv"))
+        inputs.main_line, inputs.changes = read_main_line(source / "asv"), read_changes()
+    return inputs
 
-    page = Page(source=source, runs=runs, ignored=ignored)
+
+def draw_report(source: Path, out: Path) -> Path:
+    """Draw every figure the result files under ``source`` support into ``out``; return index.html.
+
+    Raises ResultError (one line, naming ``source``) when it is missing or holds no result files.
+    """
+    source, out = Path(source), Path(out)
+    inputs = read_inputs(source)
+    out.mkdir(parents=True, exist_ok=True)
+    with locked_folder(out):  # another report into this folder would remove what this one writes
+        remove_left_overs(out, WRITTEN_PREFIXES, prefix=True)
+        earlier = _earlier_figures(out)
+        index = _draw(source, inputs, out)
+        _remove_stale(earlier)
+        return index
+
+
+def _draw(source: Path, inputs: Inputs, out: Path) -> Path:
+    runs, points, units = inputs.runs, inputs.points, inputs.units
+    page = Page(source=source, runs=runs, ignored=inputs.ignored)
     if runs:
         page.charts += draw_ablation(runs, out)
         capacity = draw_capacity(runs, out)
@@ -115,10 +177,8 @@ def draw_report(source: Path, out: Path) -> Path:
     else:
         page.notes.append("fix ablation, capacity and store delays: no run results (kvoffload bench writes them)")
     if points:
-        param_names = asv_param_names(read_asv_suite(source / "asv"))
-        main_line, changes = read_main_line(source / "asv"), read_changes()
-        page.charts += draw_asv_history(points, units, out, param_names, main_line, changes)
-        page.moves = latest_moves(points, units, main_line, changes)
+        page.charts += draw_asv_history(points, units, out, inputs.param_names, inputs.main_line, inputs.changes)
+        page.moves = latest_moves(points, units, inputs.main_line, inputs.changes)
     else:
         page.notes.append(f"asv history: no asv results under {source / 'asv'}; the published history of main "
                           "is drawn by kvoffload report --from results (benchmarks/record adds to it)")

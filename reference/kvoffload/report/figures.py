@@ -127,8 +127,26 @@ def label_color(label: str) -> str:
     return OTHER_COLOR
 
 
+# The characters a name (a workload's, a benchmark's) keeps in a file name; every other one is
+# written as ~XX per UTF-8 byte. A slug longer than LONGEST_SLUG is cut and ends in ~~ and 16 hex
+# digits of the name's SHA-256 ("~~" occurs in no other slug: "~" is always followed by two hex
+# digits), so a file name stays within any file system's 255 bytes.
+_KEPT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+LONGEST_SLUG = 120
+
+
 def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_") or "x"
+    """``text`` as part of a file name, one to one: two names never share a file (``a/b`` is
+    ``a~2fb``, ``a_b`` stays ``a_b``), a name of only letters, digits, '.', '_' and '-' is kept
+    as it is, and a long one is shortened with a hash of the whole (``LONGEST_SLUG``)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    kept = "".join(c if c in _KEPT else "".join(f"~{byte:02x}" for byte in c.encode("utf-8", "surrogatepass"))
+                   for c in text)
+    if len(kept) <= LONGEST_SLUG:
+        return kept
+    import hashlib
+
+    return kept[:LONGEST_SLUG - 18] + "~~" + hashlib.sha256(raw).hexdigest()[:16]
 
 
 def by_workload(runs: Sequence[RunFile]) -> dict[str, list[RunFile]]:

@@ -10,12 +10,13 @@ Both pages are written whole or not at all.
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from kvoffload.metrics import format_value
-from kvoffload.report.figures import SECTIONS, Chart, label_order, slug
+from kvoffload.report.figures import SECTIONS, Chart, label_order
 from kvoffload.report.sources import RunFile
 from kvoffload.results import atomic_output
 
@@ -72,7 +73,9 @@ HEADERS = ["workload", "connector", "cpu_chunks", *SUMMARY_METRICS]
 
 
 def _anchor(text: str) -> str:
-    return slug(text).lower()
+    """A section's id: its words in lower case (``did_this_commit_regress``). A chart's id is its
+    file name, unique by ``figures.slug``."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_").lower() or "x"
 
 
 # Figures are at most figures.MAX_FIGURE_WIDTH_PX wide: a 1400 px window shows them at 1:1. A table wider than the body scrolls inside its own box, never the page.
@@ -105,7 +108,7 @@ def write_html(page: Page, path: Path) -> None:
              "<nav><h2>Contents</h2><ol>"]
     for section, charts in sections.items():
         parts.append(f"<li><a href='#{_anchor(section)}'>{e(section)}</a><ul>"
-                     + "".join(f"<li><a href='#{_anchor(c.filename)}'>{e(c.title)}</a></li>" for c in charts)
+                     + "".join(f"<li><a href='#{c.filename}'>{e(c.title)}</a></li>" for c in charts)
                      + "</ul></li>")
     extras = [("Not drawn", page.notes), ("Runs", page.runs), ("Ignored files", page.ignored)]
     parts += [f"<li><a href='#{_anchor(name)}'>{name}</a></li>" for name, present in extras if present]
@@ -124,7 +127,7 @@ def write_html(page: Page, path: Path) -> None:
             slots = "".join(f"<a class='slot' title='{e(box.title)}' style='left:{box.left:.3f}%;top:{box.top:.3f}%;"
                             f"width:{box.width:.3f}%;height:{box.height:.3f}%'></a>" for box in chart.hover)
             data = f" <a href='{e(chart.data_file)}'>data (CSV)</a>" if chart.table else ""
-            parts.append(f"<figure id='{_anchor(chart.filename)}'><h3>{e(chart.title)}</h3>"
+            parts.append(f"<figure id='{chart.filename}'><h3>{e(chart.title)}</h3>"
                          f"<div class='chart'><img src='{e(chart.filename)}' alt='{e(chart.title)}'>{slots}</div>"
                          f"<figcaption>{e(chart.caption)} <a href='{e(chart.filename)}'>image</a>{data}"
                          "</figcaption></figure>")
@@ -145,40 +148,58 @@ def write_html(page: Page, path: Path) -> None:
         handle.write("\n".join(parts) + "\n")
 
 
+# Markdown's own markup characters (and GitHub's: ~~ strikes through, $ opens math), escaped in
+# every text index.md embeds; < > & are written as HTML entities first.
+_MARKUP = re.compile(r"([\\`*_\[\]{}|#!~$])")
+
+
+def md(text: object) -> str:
+    """``text`` as Markdown that shows it as it is: a workload named ``<script>`` or ``a|b`` stays
+    text in one table cell, a ``*`` starts no emphasis, a line break no new block."""
+    escaped = html.escape(str(text), quote=False).replace("\r", " ").replace("\n", " ")
+    return _MARKUP.sub(r"\\\1", escaped)
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return (["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(md(c) for c in row) + " |" for row in rows])
+
+
 def write_markdown(page: Page, path: Path) -> None:
+    """The same page in Markdown: every embedded text escaped (``md``; ``html.escape`` inside the
+    HTML headings, where Markdown is not read)."""
+    e = html.escape
     sections = page.sections()
     lines = ["# kvoffload-bench report", "",
-             f"Drawn from result files under `{page.source}`: {len(page.runs)} run results.", "", "## Contents", ""]
+             f"Drawn from result files under <code>{md(page.source)}</code>: {len(page.runs)} run results.", "",
+             "## Contents", ""]
     for section, charts in sections.items():
-        lines.append(f"- [{section}](#{_anchor(section)})")
-        lines += [f"  - [{chart.title}](#{_anchor(chart.filename)})" for chart in charts]
+        lines.append(f"- [{md(section)}](#{_anchor(section)})")
+        lines += [f"  - [{md(chart.title)}](#{chart.filename})" for chart in charts]
     lines.append("")
     for section, charts in sections.items():
-        lines += [f'<h2 id="{_anchor(section)}">{section}</h2>', ""]
+        lines += [f'<h2 id="{_anchor(section)}">{e(section)}</h2>', ""]
         if section in SECTION_INTROS:
-            lines += [SECTION_INTROS[section], ""]
+            lines += [md(SECTION_INTROS[section]), ""]
         if section == SECTIONS[0] and page.moves[0]:
             sentence, table = page.moves
-            lines += [f"**{sentence}**", ""]
+            lines += [f"**{md(sentence)}**", ""]
             if table:
                 header, *rows = table
-                lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                lines += ["| " + " | ".join(row) + " |" for row in rows] + [""]
+                lines += _md_table(header, rows) + [""]
         for chart in charts:
-            data = f" Data: [{chart.data_file}]({chart.data_file})." if chart.table else ""
-            lines += [f'<h3 id="{_anchor(chart.filename)}">{chart.title}</h3>', "",
-                      f"![{chart.title}]({chart.filename})", "", chart.caption + data, ""]
+            data = f" Data: [{md(chart.data_file)}]({chart.data_file})." if chart.table else ""
+            lines += [f'<h3 id="{e(chart.filename)}">{e(chart.title)}</h3>', "",
+                      f"![{md(chart.title)}]({chart.filename})", "", md(chart.caption) + data, ""]
             if chart.provenance:
                 header, *rows = chart.provenance
-                lines += ["<details><summary>Provenance of the points</summary>", "",
-                          "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                lines += ["| " + " | ".join(row) + " |" for row in rows] + ["", "</details>", ""]
+                lines += ["<details><summary>Provenance of the points</summary>", ""]
+                lines += _md_table(header, rows) + ["", "</details>", ""]
     if page.notes:
-        lines += ["## Not drawn", ""] + [f"- {note}" for note in page.notes] + [""]
+        lines += ["## Not drawn", ""] + [f"- {md(note)}" for note in page.notes] + [""]
     if page.runs:
-        lines += ["## Runs", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-        lines += ["| " + " | ".join(row) + " |" for row in page.summary_rows()] + [""]
+        lines += ["## Runs", ""] + _md_table(HEADERS, page.summary_rows()) + [""]
     if page.ignored:
-        lines += ["## Ignored files", ""] + [f"- {item}" for item in page.ignored] + [""]
+        lines += ["## Ignored files", ""] + [f"- {md(item)}" for item in page.ignored] + [""]
     with atomic_output(path) as handle:
         handle.write("\n".join(lines))

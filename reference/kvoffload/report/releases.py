@@ -12,9 +12,7 @@ axis spans its values with a margin, so a 3-point gap shows. Nothing is replayed
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 import textwrap
 from pathlib import Path
 
@@ -22,9 +20,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from kvoffload.metrics import MEASURED_METRICS, format_value
-from kvoffload.releases import SCHEMA, STEP_KINDS, TABLE_METRICS
+from kvoffload.release_io import check_release_table
+from kvoffload.releases import SCHEDULINGS, SCHEMA, STEP_KINDS, TABLE_METRICS
 from kvoffload.report.figures import DEFINITIONS, RELEASE_LOSS, Chart, max_width_inches, save_figure, slug
-from kvoffload.results import ResultError
+from kvoffload.report.sources import read_json
 
 TABLE_PATH = Path("releases") / "releases.json"
 FILE_PATTERNS = ("releases-*.png", "releases-*.csv")
@@ -32,28 +31,20 @@ SCHEDULING_COLORS = {"sync": "#3b6fb6", "async": "#e07b39"}
 
 
 def read_release_table(source: Path) -> dict | None:
-    """The release table under ``source``, or None where there is none; a malformed one is a
-    one-line ResultError naming the file."""
+    """The release table under ``source``, or None where there is none; a malformed one (not
+    JSON, or a key the charts read that is not what they take: ``release_io.check_release_table``)
+    is a one-line ResultError naming the file."""
     path = source / TABLE_PATH
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ResultError(f"{path}: not a release table ({error})") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("releases"), list):
-        raise ResultError(f"{path}: not a release table (schema {SCHEMA} expected)")
+    data = read_json(path, "a release table")
+    check_release_table(data, str(path), SCHEMA, SCHEDULINGS)
     return data
 
 
 def draw_releases(source: Path, out: Path) -> tuple[list[Chart], str | None]:
     """The charts, and a note when there is nothing to draw (why, and the command that would)."""
-    for pattern in FILE_PATTERNS:
-        for stale in out.glob(pattern):
-            if not stat.S_ISREG(os.lstat(stale).st_mode):
-                raise OSError(f"{stale}: not a regular file; refusing to remove it")
-            stale.unlink()
-    table = read_release_table(source)
+    table = read_release_table(source)  # an earlier report's charts: removed by draw_report if not redrawn
     if table is None:
         return [], f"vLLM releases: no {source / TABLE_PATH} (kvoffload releases writes it)"
     releases = [entry["release"] for entry in table["releases"]]

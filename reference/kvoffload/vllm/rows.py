@@ -28,7 +28,12 @@ import sys
 import time
 import traceback
 
-import vllm
+from kvoffload.release_io import die_with_parent, split_job
+
+if __name__ == "__main__":  # before vLLM's import: this process tree dies with `kvoffload releases`
+    die_with_parent()
+
+import vllm  # noqa: E402 - after the guard above
 
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.metrics import MODEL_METRICS, compute_metrics
@@ -123,8 +128,8 @@ def main(argv: list[str]) -> int:
             print(f"kvoffload.vllm.rows: {error}", file=sys.stderr)
             return 2
     for job in argv:
-        name, _, scheduling = job.partition(":")
-        row = release_row(name, scheduling or "sync", preset, source, step_bound_s)
+        name, scheduling = split_job(job)  # mooncake:FILE:sync: the workload keeps its colon
+        row = release_row(name, scheduling, preset, source, step_bound_s)
         print(json.dumps({**row, "control": control} if control else row), flush=True)
     return 0
 
