@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,8 +88,8 @@ def describe(name: str, env_python: str) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+    if len(argv) not in (2, 3) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", argv[0]):
+        print(__doc__.strip().splitlines()[2].strip() + "  (NAME: letters, digits, '.', '_', '-')", file=sys.stderr)
         return 2
     name, env_python = argv[:2]
     path = Path(argv[2]) if len(argv) == 3 else Path.home() / ".asv-machine.json"

@@ -19,7 +19,6 @@ each stage's verdicts. Runs at ``nice -n 10`` and one mutant at a time (a shared
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -32,7 +31,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from script_args import StrictParser  # noqa: E402
 from places import PACKAGE, ROOT, TREE, WORK, copy_tree  # noqa: E402
 from sampling import annotation_spans, in_annotation, mark_sample  # noqa: E402
 from sessions import STAGES, items, key, session_name, survivors_after, verdicts  # noqa: E402
@@ -358,8 +359,8 @@ def cmd_report(args) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="scripts/mutation_tool", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = StrictParser(prog="scripts/mutation_tool", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=StrictParser)
     prepare = sub.add_parser("prepare")
     prepare.add_argument("--sample", type=int, default=330)
     resample = sub.add_parser("resample")
