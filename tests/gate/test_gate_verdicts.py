@@ -105,6 +105,13 @@ def test_a_must_be_0_number_that_got_worse_is_refused_even_where_a_flag_explains
     assert cell.line() == "w1/vllm-0.29/poisoned_loads = 20: got worse (was 19 in the baseline it would replace)"
 
 
+def test_the_committed_baseline_blesses_no_poison_and_has_every_signature():
+    document = json.loads((REPO / gate.BASELINE).read_text())
+    assert "override" not in document
+    assert set(document["signatures"]) == {f"{w}/{flag}" for w in gate.WORKLOADS for flag in FIX_NAMES}
+    assert poisoned_cells(document["deterministic"], document["signatures"], None) == []
+
+
 @pytest.fixture
 def spec_decode_only(monkeypatch):
     monkeypatch.setattr(gate, "WORKLOADS", ("spec-decode-small",))
