@@ -166,7 +166,10 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
         save_figure(fig, out / filename, dpi=DPI)
         return Chart(REGRESSION, owner, filename, _caption(names, zero, axis, recorded, [], {}, off_line),
                      provenance=_provenance(group), table=_table(group, units))
-    machines = sorted({p.machine for p in group})
+    hardware_of: dict[str, set[str]] = defaultdict(set)  # machine: the hardware its result files name
+    for p in group:
+        hardware_of[p.machine].add(p.hardware)
+    machines = sorted({machine_label(p, hardware_of) for p in group})
     envs = sorted({p.env for p in group})
     param_sets = _ordered_params({p.params for p in group})
     columns = max(1, min(PANEL_COLUMNS, len(names)))
@@ -181,7 +184,7 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
         lines: dict[tuple, list[AsvPoint]] = defaultdict(list)
         for p in group:
             if p.benchmark == name:
-                lines[(p.machine, p.env, p.params)].append(p)
+                lines[(machine_label(p, hardware_of), p.env, p.params)].append(p)
         factor, shown_unit = human_unit(units.get(name, ""), [p.value for line in lines.values() for p in line])
         series: dict[str, dict[int, float]] = {}
         for (machine, env, params), line in sorted(lines.items(), key=lambda item: _is_reference(item[0][2])):
@@ -236,6 +239,14 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
                     f"{', '.join(gone)}.")
     return Chart(REGRESSION, owner, filename, caption,
                  provenance=_provenance(group), table=_table(group, units), hover=hover)
+
+
+def machine_label(point: AsvPoint, hardware_of: dict[str, set[str]]) -> str:
+    """The machine a line belongs to: its name, and where the name's result files name more than one
+    hardware (a folder appended to from two machines), the hardware too: never two on one line."""
+    if len(hardware_of[point.machine]) < 2:
+        return point.machine
+    return f"{point.machine} [{point.hardware or 'hardware not recorded'}]"
 
 
 def _numbered(changes: Sequence[Change], axis: Axis) -> dict[Change, int]:
