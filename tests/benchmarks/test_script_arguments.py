@@ -104,6 +104,8 @@ PYTHON_SCRIPTS = [
     ("scripts/measure_replay_speed.py", ("--tree", "a=b", "--pairs", "x")),
     ("scripts/readme_tables.py", ("--bogus",)),
     ("scripts/asv_machine.py", ("--bogus", "python")),
+    ("scripts/asv_existing.py", ("--bogus",)),
+    ("scripts/asv_existing.py", ("commit",)),
     ("scripts/gates_table", ("--bogus",)),
     ("scripts/gates_table", ("--matrix", "no-such-folder")),
     ("scripts/mutation", ("--bogus",)),
