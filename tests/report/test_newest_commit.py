@@ -106,6 +106,28 @@ def test_a_measured_panel_that_one_outlier_would_flatten_is_drawn_on_a_log_scale
     chart, fig = drawn(points, {META: "µs/step"}, monkeypatch, tmp_path)["asv-bench_connector.BuildConnectorMeta.png"]
     [ax] = [ax for ax in fig.axes if ax.get_visible()]
     assert ax.get_yscale() == "log"
-    assert "wall time, median of repeats, log scale" in ax.get_title()
+    assert "wall time, log scale" in ax.get_title()
     assert "use a log scale, so one outlier cannot flatten the rest: us_per_step." in chart.caption
     assert not [text for text in ax.texts if text.get_text().startswith("↑")]  # wall time moves are not marked
+
+
+def test_a_deterministic_track_pools_its_machines_unless_they_disagree(tmp_path, monkeypatch):
+    """Its value belongs to the commit: one line per connector from every machine's results; two
+    machines that disagree at one commit (a determinism bug) get a line each, and the caption says so."""
+    def on(machine, commit, value):
+        return AsvPoint(machine, "env", POISON, ("reference",), commit, LINE.index(commit), value)
+
+    agree = [on("m1", c, 0.0) for c in LINE[:4]] + [on("m2", c, 0.0) for c in LINE[3:]]
+    chart, _ = drawn(agree, {POISON: "chunks"}, monkeypatch, tmp_path)["asv-bench_workloads.TrackSpecDecode.png"]
+    assert "0 on every recorded commit" in chart.caption  # pooled: one all-zero track, listed not drawn
+    agree = [on("m1", c, float(i)) for i, c in enumerate(LINE[:4])] + [on("m2", c, float(i + 3))
+                                                                        for i, c in enumerate(LINE[3:])]
+    chart, fig = drawn(agree, {POISON: "chunks"}, monkeypatch, tmp_path)["asv-bench_workloads.TrackSpecDecode.png"]
+    [ax] = [ax for ax in fig.axes if ax.get_visible()]
+    assert [line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")] == ["reference"]
+    disagree = agree + [on("m2", LINE[0], 7.0)]
+    chart, fig = drawn(disagree, {POISON: "chunks"}, monkeypatch, tmp_path)["asv-bench_workloads.TrackSpecDecode.png"]
+    [ax] = [ax for ax in fig.axes if ax.get_visible()]
+    assert sorted(line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")) == [
+        "reference @ m1", "reference @ m2"]
+    assert "except where two machines disagree at a commit" in chart.caption and "poisoned_loads" in chart.caption

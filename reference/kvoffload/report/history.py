@@ -179,24 +179,32 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     overlaid: dict[str, list[list[str]]] = {}  # metric: groups of lines drawn over each other
     moved_at: set[int] = set()  # commit slots where a deterministic track moved, on any panel
     logged: list[str] = []  # measured panels drawn on a log scale
+    split: list[str] = []  # deterministic panels whose machines disagree at a commit: a line per machine
     for ax, name in zip(axes, names):
-        lines: dict[tuple, list[AsvPoint]] = defaultdict(list)
-        for p in group:
-            if p.benchmark == name:
-                lines[(machine_label(p, hardware_of), p.env, p.params)].append(p)
+        kind = panel_kind(name, units)
+        ours = [p for p in group if p.benchmark == name]
+        # A deterministic value belongs to the commit, not the machine: one line per connector from
+        # every machine's results, where every commit recorded on two machines agrees (else per machine).
+        pooled = kind == DETERMINISTIC and machines_agree(ours)
+        lines: dict[tuple, dict[str, AsvPoint]] = defaultdict(dict)
+        for p in ours:
+            lines[(ANY_MACHINE if pooled else machine_label(p, hardware_of), p.env, p.params)][p.commit] = p
+        if not pooled and kind == DETERMINISTIC:
+            split.append(name.rsplit(".", 1)[1].removeprefix("track_"))
+        lines = {key: list(by_commit.values()) for key, by_commit in lines.items()}
         factor, shown_unit = human_unit(units.get(name, ""), [p.value for line in lines.values() for p in line])
         series: dict[str, dict[int, float]] = {}
-        kind = track_kind(units.get(name, ""))
         moves: dict[str, list] = {}  # label: its moves (deterministic panels), colors: label: its colour
         colors: dict[str, str] = {}
         for (machine, env, params), line in sorted(lines.items(), key=lambda item: _is_reference(item[0][2])):
             line.sort(key=lambda p: position[p.commit])
             label = ", ".join(params) or name.rsplit(".", 1)[1]
-            if len(machines) > 1:
+            if len(machines) > 1 and machine != ANY_MACHINE:
                 label += f" @ {machine}"
             if len(envs) > 1:
                 label += f" [{env}]"
-            style = series_style(param_sets.index(params), machines.index(machine), _is_reference(params))
+            style = series_style(param_sets.index(params), machines.index(machine) if machine in machines else 0,
+                                 _is_reference(params))
             handle = _plot_line(ax, [position[p.commit] for p in line], line, factor, style, label)
             legend.setdefault(label, handle)
             series[label] = {position[p.commit]: p.value for p in line}
@@ -218,7 +226,8 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
         elif values and min(values) >= 0:  # counts and rates start at 0; an all-zero panel is not +-0.04
             ax.set_ylim(bottom=0, top=None if max(values) > 0 else 1)
         words = ", ".join(filter(None, [shown_unit, kind_words(kind) if kind != DETERMINISTIC else "", scale]))
-        ax.set_title(f"{metric}\n({words}, lower is better{retired}){named}", fontsize=9)
+        about = "\n".join(textwrap.wrap(f"({words}, lower is better{retired})", 50))
+        ax.set_title(f"{metric}\n{about}{named}", fontsize=9)
         for change, number in numbers.items():
             at = axis.find(change.commit)
             if change.applies_to(metric):
@@ -244,12 +253,36 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     caption = text.caption(names, zero, axis, recorded, machines, marked, off_line)
     caption += text.spread_sentence(group, names) + text.overlaid_sentence(overlaid)
     caption += text.marks_sentence([axis.commits[at].commit for at in sorted(moved_at)], logged)
+    caption += text.machines_sentence(machines, split)
     gone = [name.rsplit(".", 1)[1].removeprefix("track_") for name in names if units and name not in units]
     if gone:  # a renamed or moved track: its points are history, nothing new joins them
         caption += (f" No longer in the suite (asv's benchmarks.json), so no newer point will join them: "
                     f"{', '.join(gone)}.")
     return Chart(REGRESSION, owner, filename, caption,
                  provenance=text.provenance(group), table=text.table(group, units), hover=hover)
+
+
+ANY_MACHINE = ""  # the machine of a pooled deterministic line: every machine's results
+
+
+def panel_kind(name: str, units: dict[str, str]) -> str:
+    """The kind of a benchmark's numbers (``kinds.track_kind``); a track the suite no longer has
+    takes the unit of a current track of the same name (the Track* classes' single-sample
+    connector_us_per_step is the Measure* classes' wall time)."""
+    unit = units.get(name) or next((u for other, u in units.items()
+                                    if other.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]), "")
+    return track_kind(unit)
+
+
+def machines_agree(points: Sequence[AsvPoint]) -> bool:
+    """Whether every (parameters, commit) recorded on more than one machine has one value."""
+    seen: dict[tuple, float] = {}
+    for p in points:
+        key = (p.env, p.params, p.commit)
+        if key in seen and not math.isclose(seen[key], p.value, rel_tol=1e-9, abs_tol=1e-12):
+            return False
+        seen.setdefault(key, p.value)
+    return True
 
 
 def machine_label(point: AsvPoint, hardware_of: dict[str, set[str]]) -> str:

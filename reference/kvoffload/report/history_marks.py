@@ -64,5 +64,5 @@ def measured_axis(ax, kind: str, values: Sequence[float]) -> str:
 
 def kind_words(kind: str) -> str:
     """How a panel's numbers were obtained, for its title (wall time is labelled as such everywhere)."""
-    return {WALL_TIME: "wall time, median of repeats", COUNTED: "instructions counted, load-independent",
+    return {WALL_TIME: "wall time", COUNTED: "instructions counted, load-independent",
             DETERMINISTIC: "deterministic"}[kind]

@@ -104,3 +104,16 @@ def marks_sentence(moved: Sequence[str], logged: Sequence[str]) -> str:
         parts.append("Wall-time and counted panels whose values span more than 3x use a log scale, so one "
                      "outlier cannot flatten the rest: " + ", ".join(logged) + ".")
     return (" " + " ".join(parts)) if parts else ""
+
+
+def machines_sentence(machines: Sequence[str], split: Sequence[str]) -> str:
+    """How the panels use the machines: wall time and counts per machine, deterministic tracks pooled."""
+    if len(machines) < 2:
+        return ""
+    words = (" Wall-time and counted numbers are drawn one line per machine (never two machines on one line); "
+             "a deterministic track's value belongs to the commit, not the machine, so its panels draw one line "
+             "per connector from every machine's results")
+    if split:
+        words += (", except where two machines disagree at a commit (drawn per machine, a determinism bug to "
+                  "look at): " + ", ".join(split))
+    return words + "."
