@@ -43,7 +43,7 @@ def test_deterministic_moves_come_first_worse_first_and_wall_time_noise_folds_in
     assert [(row[0], row[1].split(".")[-1], row[-1]) for row in rows] == [
         ("deterministic", "track_poisoned_loads", "worse"),
         ("deterministic", "track_offload_miss_rate", "better"),
-        ("wall time", "1 numbers", "within their noise (quartiles overlap, one sample, or under 10%): folded")]
+        ("wall time", "1 numbers", "within their noise (quartiles overlap, one sample, or a step their own history makes): folded")]
     assert rows[0][4:7] == ("0", "19", "+19")
     assert "2 deterministic moved, 1 worse; 1 wall-time number(s) within their noise" in sentence
     # a 1 % change of the instruction count is within its bound: not listed, not folded either
@@ -55,7 +55,7 @@ def test_a_wall_time_move_beyond_its_noise_and_a_count_beyond_its_bound_are_list
                                                  count=(1_000_000.0, 1_050_000.0)), UNITS, MAIN)
     assert [(row[0], row[-1]) for row in rows] == [
         ("counted", f"worse (beyond the count's {COUNT_BOUND:.0%} bound)"),
-        ("wall time, median of 9", "worse (beyond its noise: quartiles apart)")]
+        ("wall time, median of 9", "worse (beyond its noise: quartiles apart, a step its history has not made)")]
 
 
 def test_one_sample_or_overlapping_quartiles_never_count_as_a_wall_time_move():
@@ -131,3 +131,16 @@ def test_a_deterministic_track_pools_its_machines_unless_they_disagree(tmp_path,
     assert sorted(line.get_label() for line in ax.get_lines() if not line.get_label().startswith("_")) == [
         "reference @ m1", "reference @ m2"]
     assert "except where two machines disagree at a commit" in chart.caption and "poisoned_loads" in chart.caption
+
+
+def test_a_series_that_swings_under_load_needs_a_bigger_step_than_its_history_makes():
+    """BuildConnectorMeta on the shared runner swung 250 to 7,700 µs: a +60 % step with quartiles
+    apart is within what its history does; the same step on a quiet series is listed."""
+    swinging = [100.0, 200.0, 90.0, 180.0, 100.0, 210.0, 100.0, 160.0]
+    quiet = [100.0, 101.0, 99.0, 100.5, 100.0, 99.5, 100.0, 160.0]
+    for history, listed in ((swinging, False), (quiet, True)):
+        commits = [c * 40 for c in "abcdefgh"]
+        points = [AsvPoint("ci", "env", META, ("1",), c, i, v, spread=(v * 0.98, v * 1.02), samples=9)
+                  for i, (c, v) in enumerate(zip(commits, history))]
+        _, (header, *rows) = latest_moves(points, UNITS, [MainCommit(c, "2026-11-20", "") for c in commits])
+        assert rows[0][-1].startswith("worse") is listed, rows

@@ -11,12 +11,15 @@ Three kinds of number (``kinds.track_kind``, read from the track's unit), three 
   commit repeats within ``COUNT_NOISE``; a move beyond ``COUNT_BOUND`` is listed;
 - **wall time** (µs, seconds, bytes, a real model's ms): load moves them too. A move is listed only
   when it passes its noise bound: both points have asv's quartiles of repeated samples, the
-  quartile ranges do not overlap, and the median moved by more than ``WALL_FLOOR``. The rest fold
-  into one line (how many, and their range), so a shared runner's load never buries a real move.
+  quartile ranges do not overlap, and the median moved by more than the series' own history
+  moves from one recorded commit to the next (``history_noise``: its 90th percentile, at least
+  ``WALL_FLOOR``), so a runner shared with other jobs is held to the noise it has shown. The rest
+  fold into one line (how many, and their range), so load never buries a real move.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Sequence
 
@@ -29,11 +32,23 @@ RELATIVE_NOISE = 1e-9  # float noise: a deterministic number that moved less has
 COUNT_NOISE = 0.01  # the same commit's instruction count repeats within this, at any load (bench_counts)
 COUNT_BOUND = 0.03  # two counts within COUNT_NOISE each differ by at most ~2 %: beyond 3 % is the code
 WALL_FLOOR = 0.10  # a wall-time median that moved less is within what a shared runner's load does
+HISTORY_PAIRS = 5  # recorded steps a series needs before its own history sets its noise bound
 HEADER_KINDS = {DETERMINISTIC: 0, COUNTED: 1, WALL_TIME: 2}
 
 
-def passes_noise_bound(kind: str, old: AsvPoint, new: AsvPoint) -> bool:
-    """Whether a move of ``kind`` from ``old`` to ``new`` is beyond what noise does (module docstring)."""
+def history_noise(values: Sequence[float]) -> float:
+    """A wall-time series' own commit-to-commit noise: the 90th percentile of the relative step
+    between consecutive recorded commits (as a factor - 1), WALL_FLOOR when it has under
+    HISTORY_PAIRS steps or moves less than that."""
+    steps = sorted(abs(math.log(b / a)) for a, b in zip(values, values[1:]) if a > 0 and b > 0)
+    if len(steps) < HISTORY_PAIRS:
+        return WALL_FLOOR
+    return max(WALL_FLOOR, math.exp(steps[int(0.9 * (len(steps) - 1))]) - 1)
+
+
+def passes_noise_bound(kind: str, old: AsvPoint, new: AsvPoint, noise: float = WALL_FLOOR) -> bool:
+    """Whether a move of ``kind`` from ``old`` to ``new`` is beyond what noise does (module docstring);
+    ``noise``: the series' own history_noise."""
     if kind == DETERMINISTIC:
         return abs(new.value - old.value) > RELATIVE_NOISE * max(abs(old.value), abs(new.value))
     relative = abs(new.value - old.value) / abs(old.value) if old.value else float("inf")
@@ -42,7 +57,8 @@ def passes_noise_bound(kind: str, old: AsvPoint, new: AsvPoint) -> bool:
     if old.spread is None or new.spread is None or old.samples < 2 or new.samples < 2:
         return False  # one sample: no noise measured, so no move can be told from it
     apart = new.spread[0] > old.spread[1] or new.spread[1] < old.spread[0]
-    return apart and relative > WALL_FLOOR
+    factor = max(new.value, old.value) / min(new.value, old.value) if min(new.value, old.value) > 0 else math.inf
+    return apart and factor - 1 > noise
 
 
 def latest_moves(points: Sequence[AsvPoint], units: dict[str, str], main_line: Sequence[MainCommit],
@@ -73,14 +89,15 @@ def latest_moves(points: Sequence[AsvPoint], units: dict[str, str], main_line: S
             continue
         change = (new.value - old.value) / old.value if old.value else None
         shown = f"{change:+.1%}" if change is not None else f"{new.value - old.value:+g}"
-        if kind == WALL_TIME and not passes_noise_bound(kind, old, new):
+        earlier = [line[at].value for at in sorted(line) if at <= before]
+        if kind == WALL_TIME and not passes_noise_bound(kind, old, new, history_noise(earlier)):
             folded.append(change)
             continue
         if kind == COUNTED and not passes_noise_bound(kind, old, new):
             continue  # within the count's own repeatability
         verdict = ("worse" if new.value > old.value else "better") + {
             DETERMINISTIC: "", COUNTED: f" (beyond the count's {COUNT_BOUND:.0%} bound)",
-            WALL_TIME: " (beyond its noise: quartiles apart)"}[kind]
+            WALL_TIME: " (beyond its noise: quartiles apart, a step its history has not made)"}[kind]
         label = kind if kind != WALL_TIME else f"wall time, median of {new.samples}"
         listed.append((HEADER_KINDS[kind], not verdict.startswith("worse"),
                        (label, benchmark.split(".", 1)[-1], " ".join(params), machine, f"{old.value:g}",
@@ -90,8 +107,8 @@ def latest_moves(points: Sequence[AsvPoint], units: dict[str, str], main_line: S
         known = [c for c in folded if c is not None]
         spread = f"{min(known):+.0%} to {max(known):+.0%}" if known else "-"
         rows.append(("wall time", f"{len(folded)} numbers", "", "", "", "", spread,
-                     "within their noise (quartiles overlap, one sample, or under "
-                     f"{WALL_FLOOR:.0%}): folded"))
+                     "within their noise (quartiles overlap, one sample, or a step "
+                     "their own history makes): folded"))
     deterministic = sum(row[0] == DETERMINISTIC for row in rows)
     worse = sum(row[-1].startswith("worse") for row in rows)
     intended = [c for c in changes if axis.commits[newest].commit.startswith(c.commit)]
