@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from kvoffload import gate_counts
 from kvoffload.core.fixes import PRESETS
 from kvoffload.choice import ConnectorChoice
 from kvoffload.gate_baseline import BASELINE, SCHEMA, number as _number, read_baseline, write_baseline
@@ -116,7 +117,8 @@ def ablation_metrics(workload: str, flag: str) -> dict[str, float | None]:
 
 
 def baseline_document(collected: dict, machine: str, commit: str | None, repeats: int = 1,
-                      signatures: dict | None = None, override: dict | None = None) -> dict:
+                      signatures: dict | None = None, override: dict | None = None,
+                      counted: dict | None = None) -> dict:
     """The baseline file's content: sorted, one number per line once dumped (a reviewable diff)."""
     document = {
         "schema": SCHEMA,
@@ -131,6 +133,9 @@ def baseline_document(collected: dict, machine: str, commit: str | None, repeats
                      for key, values in sorted(collected["measured"].items())},
         "signatures": dict(sorted((signatures or {}).items())),
     }
+    if counted:  # instructions under callgrind (gate_counts), with what else they depend on
+        document["counted"] = dict(sorted(counted.items()))
+        document["count_environment"] = gate_counts.environment()
     if override:
         document["override"] = override
     return document
@@ -177,7 +182,7 @@ def allowed_factor(entry: dict) -> float:
 
 
 def failures(rows: Iterable[Row], strict: bool) -> list[Row]:
-    bad = {"moved", "new", "missing"} | ({"slower"} if strict else set())
+    bad = {"moved", "new", "missing", "costlier"} | ({"slower"} if strict else set())
     return [row for row in rows if row.verdict in bad]
 
 
@@ -249,6 +254,8 @@ def run_gate(*, baseline: str | None, update: bool, strict: bool, machine: str |
     document, origin = read_baseline(baseline, root)  # bad input fails before any replay
     collected = collect(repeats)
     rows = compare(document, collected, machine)
+    counted = gate_counts.collect() if gate_counts.comparable(document, machine) else {}
+    rows += [Row(*row) for row in gate_counts.verdicts(document, counted, machine)]
     bad = failures(rows, strict)
     command = update_command(document, baseline, root)
     matches = looks_like(document, collected["deterministic"], WORKLOADS)
@@ -276,7 +283,8 @@ def run_gate(*, baseline: str | None, update: bool, strict: bool, machine: str |
                           "looks_like": [{"flag": m.flag, "identical": m.identical} for m in matches]}))
         return 1 if bad else 0
     moved = [row for row in rows if row.verdict in ("moved", "new", "missing")]
-    measured = [row for row in rows if row.verdict in ("ok", "slower", "not compared")]
+    counted_rows = [row for row in rows if row.metric == gate_counts.COUNTED_METRIC]
+    measured = [row for row in rows if row.verdict in ("ok", "slower", "not compared") and row not in counted_rows]
     echo(head)
     echo(f"deterministic: {len(collected['deterministic'])} numbers over {len(WORKLOADS)} workloads x "
          f"{len(CONNECTORS)} connectors; {len(moved)} moved, new or missing")
@@ -297,6 +305,11 @@ def run_gate(*, baseline: str | None, update: bool, strict: bool, machine: str |
         echo(format_table(slower or compared))
     else:
         echo(f"measured: not compared (baseline from machine {document.get('machine')!r}, this is {machine!r})")
+    if counted_rows:
+        costlier = [row for row in counted_rows if row.verdict == "costlier"]
+        echo(f"\ncounted (instructions under callgrind, load-independent; fails beyond "
+             f"+{gate_counts.COUNT_BOUND:.0%}): {len(costlier)} of {len(counted_rows)} costlier")
+        echo(format_table(counted_rows))
     echo("\n" + status)
     return 1 if bad else 0
 
@@ -322,7 +335,9 @@ def _update(path: Path, machine: str, repeats: int, root: Path, echo: Callable[[
         echo("Fix the code; for a reviewed exception, add --override-reason TEXT (recorded in the baseline).")
         return 1
     override = {"reason": override_reason, "cells": [cell.line() for cell in cells]} if cells else None
-    write_baseline(path, baseline_document(collected, machine, git_commit(root), repeats, signatures, override))
+    counted = gate_counts.collect()
+    write_baseline(path, baseline_document(collected, machine, git_commit(root), repeats, signatures, override,
+                                           counted))
     echo(f"gate baseline written: {path} ({len(collected['deterministic'])} deterministic numbers, "
          f"measured on {machine}); review it with: git diff {path}")
     if cells:

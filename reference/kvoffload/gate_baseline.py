@@ -5,8 +5,9 @@ Fields: ``schema``, ``commit``, ``machine``, ``repeats``, ``workloads``, ``conne
 ``deterministic`` ({``workload/connector/metric``: number or null}), ``measured``
 ({key: median, min, max, repeats}), and since issue 29 ``signatures`` ({``workload/flag``: the
 metrics the reference moves with that fix flag off, as they are then}: ``kvoffload.gate_signatures``)
-and ``override`` (present only when ``--update --override-reason`` blessed must-be-0 numbers: the
-reason and those numbers). The later fields are optional, so older baselines (a git ref's) read.
+``override`` (present only when ``--update --override-reason`` blessed must-be-0 numbers: the
+reason and those numbers), and ``counted`` with ``count_environment`` (instructions under callgrind,
+``kvoffload.gate_counts``, where valgrind was there). The later fields are optional, so older baselines (a git ref's) read.
 """
 
 from __future__ import annotations
@@ -128,6 +129,12 @@ def check_baseline(document: dict, origin: str) -> None:
         for metric, value in signature.items():
             if value is not None and _finite(value) is None:
                 fail(f"signatures.{key}.{metric}", "a number or null", value)
+    for key, value in (document.get("counted") or {}).items():
+        if key.count("/") < 2 or _finite(value) is None:
+            fail(f"counted.{key}", "workload/connector/metric: a finite number", value)
+    environment = document.get("count_environment", {})
+    if not isinstance(environment, dict) or not all(isinstance(v, str) for v in environment.values()):
+        fail("count_environment", "an object of strings", environment)
     override = document.get("override")
     if override is not None and (not isinstance(override, dict) or not isinstance(override.get("reason"), str)
                                  or not isinstance(override.get("cells"), list)):

@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from script_args import StrictParser  # noqa: E402
-from places import PACKAGE, ROOT, TREE, WORK, copy_tree  # noqa: E402
+from places import PACKAGE, RESULTS, ROOT, TREE, WORK, copy_tree  # noqa: E402
 from sampling import annotation_spans, in_annotation, mark_sample  # noqa: E402
 from sessions import STAGES, items, key, session_name, survivors_after, verdicts  # noqa: E402
-from targets import MAIN_SUITE_IGNORES, TESTS_OF  # noqa: E402
+from targets import MAIN_SUITE_IGNORES, TESTS_OF, VLLM_MODULES  # noqa: E402
 
 FORKSERVER = Path(__file__).parent / "forkserver.py"
 SOCKET = WORK / "fork.sock"
@@ -53,10 +53,14 @@ def env() -> dict[str, str]:
                 KVOFFLOAD_FUZZ="ci", KVOFFLOAD_FUZZ_SEED="0", PYTHONDONTWRITEBYTECODE="1")
 
 
-def pytest_command(tests: tuple[str, ...]) -> list[str]:
-    """pytest in the snapshot, through the fork server when it runs (``forkserver.py``)."""
-    return [PYTHON, str(FORKSERVER), "run", str(SOCKET), "--", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
-            *tests, *(f"--deselect={test}" for test in deselected())]
+def pytest_command(tests: tuple[str, ...], module: str = "") -> list[str]:
+    """pytest in the snapshot, through the fork server when it runs (``forkserver.py``); a module
+    of VLLM_MODULES in the vLLM venv, as CI's vLLM stage runs (one hash seed), without it."""
+    options = ["-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests,
+               *(f"--deselect={test}" for test in deselected())]
+    if module in VLLM_MODULES:
+        return ["env", "PYTHONHASHSEED=0", VLLM_PYTHON, "-m", "pytest", *options]
+    return [PYTHON, str(FORKSERVER), "run", str(SOCKET), "--", *options]
 
 
 @contextlib.contextmanager
@@ -78,7 +82,7 @@ def fork_server():
 
 def write_config(module: str, timeout: float) -> Path:
     config = WORK / f"{session_name(module)}.toml"
-    command = shlex.join(pytest_command(TESTS_OF[module]))
+    command = shlex.join(pytest_command(TESTS_OF[module], module))
     config.write_text(f'[cosmic-ray]\nmodule-path = "{PACKAGE}{module}"\ntimeout = {timeout:.0f}\n'
                       f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
                       '[cosmic-ray.distributor]\nname = "local"\n')
@@ -145,16 +149,24 @@ def cmd_baseline(args) -> int:
     meta["overlay"] = refresh_tests()
     meta["deselect"] = []
     (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
-    union = tuple(dict.fromkeys(path for selection in TESTS_OF.values() for path in selection))
-    started = time.perf_counter()
-    command = [c for c in pytest_command(union) if c != "-x"] + ["-rf"]
-    done = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
-    took = time.perf_counter() - started
-    failed = [line.split(" - ")[0][len("FAILED "):] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
-    print(f"exit {done.returncode} in {took:.0f} s; failing unmutated: {failed}", flush=True)
-    if done.returncode not in (0, 1) or (done.returncode == 1 and not failed):
-        print(done.stdout[-3000:], file=sys.stderr)
-        return 1
+    failed, took = [], 0.0
+    for in_vllm in (False, True):  # each venv's selections once, unmutated
+        union = tuple(dict.fromkeys(path for module, selection in TESTS_OF.items()
+                                    if (module in VLLM_MODULES) == in_vllm for path in selection))
+        if not union:
+            continue
+        started = time.perf_counter()
+        command = [c for c in pytest_command(union, next(iter(VLLM_MODULES)) if in_vllm else "") if c != "-x"] + ["-rf"]
+        done = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
+        took = max(took, time.perf_counter() - started)
+        failing = [line.split(" - ")[0][len("FAILED "):] for line in done.stdout.splitlines()
+                   if line.startswith("FAILED ")]
+        print(f"{'vLLM venv' if in_vllm else 'main venv'}: exit {done.returncode} in {time.perf_counter() - started:.0f}"
+              f" s; failing unmutated: {failing}", flush=True)
+        if done.returncode not in (0, 1) or (done.returncode == 1 and not failing):
+            print(done.stdout[-3000:], file=sys.stderr)
+            return 1
+        failed += failing
     meta["deselect"] = failed
     meta["baseline_s"] = round(took)
     (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -353,7 +365,7 @@ def cmd_report(args) -> int:
 
     meta = json.loads((WORK / "meta.json").read_text())
     every = [r for module in TESTS_OF for r in items(module)]
-    lines = write_report(meta, every, key, verdicts(), FATES, STAGES, ROOT / "results" / "mutation" / "tool")
+    lines = write_report(meta, every, key, verdicts(), FATES, STAGES, RESULTS)
     print(lines[2], "\n", "\n".join(lines[4:14]))
     return 0
 
@@ -381,8 +393,7 @@ def main() -> int:
                        help="main, gate, vllm: also the survivors a probe or a new test has resolved")
     sub.add_parser("report")
     args = parser.parse_args()
-    return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "recheck": cmd_recheck, "exec": cmd_exec, "stage": cmd_stage,
-            "report": cmd_report}[args.command](args)
+    return globals()[f"cmd_{args.command}"](args)
 
 
 if __name__ == "__main__":

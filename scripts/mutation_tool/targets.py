@@ -54,3 +54,11 @@ TESTS_OF: dict[str, tuple[str, ...]] = {
 # the hand list's anchor check reads source text (a generated mutant inside an anchor fails it
 # by its text, not by what it does).
 MAIN_SUITE_IGNORES = ("tests/gates/test_fix_flags.py", "tests/benchmarks", "tests/gates/test_mutant_anchors.py")
+
+# The run over the rest of the package (KVOFFLOAD_MUTATION_SET=whole, places.py) mutates those
+# modules instead, with their selections.
+from places import SET  # noqa: E402
+from targets_whole import VLLM_MODULES, WHOLE_TESTS_OF  # noqa: E402
+
+if SET == "whole":
+    TESTS_OF = WHOLE_TESTS_OF
