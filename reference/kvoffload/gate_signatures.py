@@ -73,9 +73,12 @@ class Match:
     flag: str
     identical: bool  # every moved value is the ablation's value too, not only its direction
 
-    def sentence(self, workloads: Iterable[str]) -> str:
+    workloads: tuple[str, ...] = ()  # where the flag's signature moves something
+
+    def sentence(self, workloads: Iterable[str] = ()) -> str:
         how = "identical to" if self.identical else "looks like"
-        commands = "; ".join(f"{replay_command(f'{w}/{REFERENCE}')} --disable-fix {self.flag}" for w in workloads)
+        commands = "; ".join(f"{replay_command(f'{w}/{REFERENCE}')} --disable-fix {self.flag}"
+                             for w in self.workloads or tuple(workloads))
         return (f"{how} `{self.flag}` off: the reference's moves are that flag's ablation signature on every gate "
                 f"workload (the baseline's signatures); replay the flag off: {commands}")
 
@@ -106,7 +109,7 @@ def looks_like(baseline: dict, now: dict[str, float | None], workloads: Iterable
                 break
             identical = identical and all(same_value(signature[m], moved[m][1]) for m in moved)
         if same_way:
-            matches.append(Match(flag, identical))
+            matches.append(Match(flag, identical, tuple(w for w in workloads if signatures[signature_key(w, flag)])))
     return matches
 
 
@@ -127,8 +130,9 @@ class Poison:
 
 def poisoned_cells(deterministic: dict[str, float | None], signatures: dict, previous: dict | None) -> list[Poison]:
     """The must-be-0 numbers a baseline may not bless (module docstring): above 0 for the reference,
-    above 0 for a preset where none of its missing flags raises that metric on that workload, or
-    higher than in ``previous`` (the baseline being replaced; None when there is none)."""
+    above 0 for a preset where none of its missing flags raises that metric on that workload (by
+    ``signatures`` or by ``previous``'s), or higher than in ``previous`` (the baseline being
+    replaced; None when there is none)."""
     cells = []
     earlier = (previous or {}).get("deterministic") or {}
     for key, value in sorted(deterministic.items()):
@@ -142,7 +146,11 @@ def poisoned_cells(deterministic: dict[str, float | None], signatures: dict, pre
             cells.append(Poison(key, value, "must be 0 for the reference"))
         elif value > 0 and label in PRESETS:
             missing = PRESETS[label].missing
-            if not any(_raises(signatures.get(signature_key(workload, flag)) or {}, metric) for flag in missing):
+            # the new signatures, or the replaced baseline's: a bug in the code under test may have
+            # made a flag a no-op, and with it its new signature empty
+            known = (signatures, (previous or {}).get("signatures") or {})
+            if not any(_raises(found.get(signature_key(workload, flag)) or {}, metric)
+                       for flag in missing for found in known):
                 cells.append(Poison(key, value, f"must be 0: no fix flag {label} lacks ({', '.join(missing) or 'none'}) "
                                                 f"raises it on {workload}"))
     return cells

@@ -41,12 +41,12 @@ SIGNATURES.update({f"{w}/{flag}": {} for w in ("w1", "w2") for flag in FIX_NAMES
 
 def test_moves_equal_to_a_flags_ablation_are_named_identical():
     now = {**REFERENCE, "w1/reference/poisoned_loads": 19.0, "w1/reference/hit_rate": 0.4}
-    assert looks_like(_baseline(REFERENCE, SIGNATURES), now, ["w1", "w2"]) == [Match("final_token_watermark", True)]
+    assert looks_like(_baseline(REFERENCE, SIGNATURES), now, ["w1", "w2"]) == [Match("final_token_watermark", True, ("w1",))]
 
 
 def test_moves_the_same_way_by_other_amounts_only_look_like_the_flag():
     now = {**REFERENCE, "w1/reference/poisoned_loads": 7.0, "w1/reference/hit_rate": 0.45}
-    assert looks_like(_baseline(REFERENCE, SIGNATURES), now, ["w1", "w2"]) == [Match("final_token_watermark", False)]
+    assert looks_like(_baseline(REFERENCE, SIGNATURES), now, ["w1", "w2"]) == [Match("final_token_watermark", False, ("w1",))]
 
 
 @pytest.mark.parametrize("moved, why", [
@@ -96,6 +96,15 @@ def test_the_replay_command_gives_the_gates_numbers(monkeypatch, tmp_path):
 def test_a_must_be_0_number_is_blessed_only_where_a_missing_flag_explains_it(key, value, refused):
     cells = poisoned_cells({key: value}, SIGNATURES, None)
     assert [cell.why for cell in cells] == ([refused] if refused else [])
+
+
+def test_a_preset_keeps_the_explanation_of_the_baseline_it_replaces():
+    """A bug that makes final_token_watermark a no-op empties its new signature: vllm-0.29's 19
+    poisoned loads are still the flag it lacks, as the replaced baseline's signature says."""
+    emptied = {**SIGNATURES, "w1/final_token_watermark": {}}
+    assert poisoned_cells({"w1/vllm-0.29/poisoned_loads": 19.0}, emptied, None) != []
+    previous = {**_baseline({"w1/vllm-0.29/poisoned_loads": 19.0}), "signatures": SIGNATURES}
+    assert poisoned_cells({"w1/vllm-0.29/poisoned_loads": 19.0}, emptied, previous) == []
 
 
 def test_a_must_be_0_number_that_got_worse_is_refused_even_where_a_flag_explains_it():
