@@ -46,7 +46,7 @@ def test_measured_columns_are_marked_and_show_median_and_range():
 def test_a_deterministic_column_that_differs_between_rounds_says_so():
     data = rows()
     data[2][2][1]["store_submit_delay_steps_p50"] = 2
-    assert table_cell(model_bench_table(data, {}), "reference", "sub50") == "varies"
+    assert table_cell(model_bench_table(data, {}), "reference", "sub50") == "varies (1-2)"
     assert table_cell(model_bench_table(rows(), {}), "reference", "sub50") == "1"
 
 

@@ -106,10 +106,12 @@ def spread_cell(name: str, rounds: list[dict]) -> str:
 
 
 def fixed_cell(name: str, rounds: list[dict]) -> str:
-    """A deterministic metric: its one value, ``varies`` if a round disagreed (a bug to look at)."""
+    """A deterministic metric: its one value; ``varies (min-max)`` where a round disagreed (on the real
+    engine an async transfer may complete a step earlier or later: the table says so, not hides it)."""
     values = [_number(m.get(name)) for m in rounds]
     if any(not same_value(values[0], v) for v in values[1:]):
-        return "varies"
+        known = [m.get(name) for m, v in zip(rounds, values) if v is not None]
+        return f"varies ({format_value(name, min(known))}-{format_value(name, max(known))})" if known else "varies"
     return format_value(name, rounds[0].get(name))
 
 
