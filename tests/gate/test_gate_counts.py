@@ -95,12 +95,13 @@ def plant_slowdown(tmp_path: Path, iterations: int) -> Path:
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="no valgrind (CI installs it: .ci/run)")
 def test_a_planted_5_percent_slowdown_in_build_connector_meta_is_counted_and_flagged(real_counts, tmp_path):
-    """250 idle iterations cost about 5 % of the decode batch's 0.84 M instructions a step on
-    CPython 3.11 (measured: 1,000 cost +20.7 %)."""
+    """350 idle iterations cost about 5 % of the decode batch's 0.84 M instructions a step on
+    CPython 3.11 (measured here: 250 +2.9 %, 340 +4.75 %, 500 +8.6 %, 1,000 +20.7 %; an int past 256
+    is allocated, so the cost per iteration grows)."""
     before = counts.count("connector", "1")
     planted = subprocess.run([sys.executable, "-c", "from kvoffload import counts; print(counts.count('connector', '1'))"],
                              capture_output=True, text=True, timeout=1800,
-                             env={**os.environ, "PYTHONPATH": str(plant_slowdown(tmp_path, 250))})
+                             env={**os.environ, "PYTHONPATH": str(plant_slowdown(tmp_path, 350))})
     assert planted.returncode == 0, planted.stderr[-2000:]
     after = float(planted.stdout.split()[-1])
     assert 0.03 < after / before - 1 < 0.10, (before, after)
