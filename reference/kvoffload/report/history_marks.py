@@ -37,8 +37,9 @@ def mark_moves(ax, moves: dict[str, list[tuple[int, float, bool]]], colors: dict
     ways: dict[int, set[bool]] = {}
     for label, found in moves.items():
         for slot, value, up in found:
-            ax.plot([slot], [value * factor], linestyle="none", marker="^" if up else "v", markersize=10,
-                    color=colors[label], markeredgecolor="black", markeredgewidth=0.8, zorder=10)
+            # not clipped: the newest commit's slot is at the panel's right edge
+            ax.plot([slot], [value * factor], linestyle="none", marker="^" if up else "v", markersize=12,
+                    color=colors[label], markeredgecolor="black", markeredgewidth=1.0, zorder=10, clip_on=False)
             ways.setdefault(slot, set()).add(up)
     last = len(commits) - 1
     for slot, seen in sorted(ways.items()):

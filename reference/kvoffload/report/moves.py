@@ -88,7 +88,7 @@ def latest_moves(points: Sequence[AsvPoint], units: dict[str, str], main_line: S
         if new.value == old.value or (kind == DETERMINISTIC and not passes_noise_bound(kind, old, new)):
             continue
         change = (new.value - old.value) / old.value if old.value else None
-        shown = f"{change:+.1%}" if change is not None else f"{new.value - old.value:+g}"
+        shown = f"{change * 100:+.3g}%" if change is not None else f"{new.value - old.value:+g}"  # +0.0273%
         earlier = [line[at].value for at in sorted(line) if at <= before]
         if kind == WALL_TIME and not passes_noise_bound(kind, old, new, history_noise(earlier)):
             folded.append(change)
