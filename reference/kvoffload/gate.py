@@ -13,6 +13,8 @@ compares each run's metrics with ``results/gate/baseline.json``:
   ``--strict``. On another machine they are listed, not compared.
 - a number of either kind that only one side has (a metric added to or removed from the
   glossary) is "new" or "missing" and fails on any machine.
+- the counted number (``gate_counts``: build_connector_meta's instructions under callgrind) is
+  compared on the baseline's machine and count environment only, and fails 3 % above it.
 
 Each row also says which way the number went (better, worse, info), read from the glossary's
 direction (``metrics.judge``); the table is written as text, json, csv or markdown. A failure
