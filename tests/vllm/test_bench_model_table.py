@@ -61,3 +61,11 @@ def test_offload_off_has_no_store_submission_delays():
     table = model_bench_table(rows(), {})
     assert (table_cell(table, "reference", "sub50"), table_cell(table, "reference", "sub99")) == ("1", "3")
     assert (table_cell(table, "off", "sub50"), table_cell(table, "off", "sub99")) == ("-", "-")
+
+
+def test_names_are_aligned_left_and_numbers_right():
+    lines = model_bench_table(rows(), {}).splitlines()
+    header, off = lines[0], next(line for line in lines[2:] if line.split()[1:2] == ["off"])
+    assert header.startswith("workload  connector") and off.startswith("w         off  ")
+    cell = "40.00 (25.00-50.00)"  # under "out tok/s*", right-aligned: both end in one column
+    assert off.index(cell) + len(cell) == header.index("out tok/s*") + len("out tok/s*")

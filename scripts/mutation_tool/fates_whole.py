@@ -1,0 +1,35 @@
+"""The run over the rest of the package (``KVOFFLOAD_MUTATION_SET=whole``, issue 29): its survivors'
+new tests and equivalence proofs, as ``fates.py`` keeps the first run's (keyed
+``module:operator:occurrence`` of the run's commit, results/mutation/tool/whole/score.json).
+``fates.py`` merges both; the modules of the two runs differ, so the keys never collide."""
+
+_BENCH_ROUNDS = "tests/cli/test_bench_model_rounds.py::"
+_ROUNDS = _BENCH_ROUNDS + "test_every_connector_runs_three_times_interleaved_after_one_warm_up"
+_COMMAND = _BENCH_ROUNDS + "test_the_command_writes_every_round_and_fails_on_a_mismatch_of_a_sound_connector"
+
+WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
+    "choice.py:core/ReplaceOrWithAnd:0": (_BENCH_ROUNDS + "test_a_connector_class_needs_a_module_and_a_class",),
+    "cli/__init__.py:core/AddNot:0": (_BENCH_ROUNDS + "test_a_command_run_in_process_leaves_ctrl_c_as_it_was",),
+    "cli/app.py:core/NumberReplacer:1": (
+        "tests/cli/test_table_rules.py::test_help_opens_with_the_first_line_of_the_command_lines_description",),
+    "cli/bench.py:core/NumberReplacer:6": (
+        "tests/cli/test_table_rules.py::test_the_bench_table_aligns_names_left_and_numbers_right",),
+    "cli/bench_model.py:core/ReplaceBinaryOperator_Div_BitXor:2": (_COMMAND,),
+    "cli/bench_model.py:core/ReplaceComparisonOperator_Eq_Is:4": (
+        _BENCH_ROUNDS + "test_equal_measured_values_from_separate_runs_show_once",),
+    "cli/bench_model.py:core/ReplaceComparisonOperator_Eq_Gt:2": (_ROUNDS,),
+    "cli/bench_model.py:core/ReplaceComparisonOperator_Lt_Gt:0": (
+        "tests/vllm/test_bench_model_table.py::test_names_are_aligned_left_and_numbers_right",),
+    "cli/bench_model.py:core/ZeroIterationForLoop:3": (_ROUNDS,),
+    "cli/bench_model.py:core/ReplaceFalseWithTrue:0": (_ROUNDS,),
+    "cli/bench_model.py:core/ZeroIterationForLoop:11": (_COMMAND,),
+    "cli/compare.py:core/ReplaceBinaryOperator_Sub_BitXor:2": (
+        "tests/cli/test_table_rules.py::test_what_differs_is_three_items_and_a_count_of_the_rest",),
+}
+
+WHOLE_FATES: dict[str, tuple[str, str]] = {
+    "cli/bench_model.py:core/ReplaceComparisonOperator_Eq_LtE:3": (
+        "equivalent",
+        "run_model_bench's `round_index == 0` made `<= 0`: the index comes from range(rounds), never "
+        "negative, and the two agree on every value it takes (probes_whole.py: rounds_count_from_zero)"),
+}
