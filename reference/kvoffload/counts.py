@@ -19,8 +19,8 @@ interpreter, the libraries and valgrind itself, not on the load: ``environment()
 depends on, and counts are compared only within one environment (``kvoffload gate``,
 ``benchmarks/bench_counts.py``). Measured repeatability: ``docs/performance.md``.
 
-    KVOFFLOAD_COUNT_MODE=replay python -m kvoffload.counts WORKLOAD     # the child valgrind runs
-    KVOFFLOAD_COUNT_MODE=connector python -m kvoffload.counts BLOCKS_PER_CHUNK
+    KVOFFLOAD_COUNT_MODE=replay python -m kvoffload.counts -- WORKLOAD     # the child valgrind runs
+    KVOFFLOAD_COUNT_MODE=connector python -m kvoffload.counts -- BLOCKS_PER_CHUNK
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-TOGGLE = "_operator_call"  # the C function of operator.call: collection is on inside it only
+TOGGLE = "--toggle-collect=_operator_call"  # operator.call's C function: collection is on inside it only
 WARM_STEPS = 30
 DECODE_STEPS = 128  # counted steps of the decode batch: two chunk cycles at blocks_per_chunk 4
 MODES = ("connector", "replay")
@@ -64,12 +64,17 @@ def count(mode: str, subject: str, suite: Path = SUITE) -> float:
         raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
     if mode == "connector" and not (suite / "bench_connector.py").is_file():
         raise RuntimeError(f"counting the connector needs the checkout's {suite / 'bench_connector.py'}")
+    if os.path.exists(subject):  # a workload file: the child runs in the scratch folder
+        subject = os.path.abspath(subject)
     with tempfile.TemporaryDirectory(prefix="kvoffload-callgrind-") as scratch:
         out = Path(scratch) / "callgrind.out"
         env = {**os.environ, "PYTHONHASHSEED": "0", "KVOFFLOAD_COUNT_MODE": mode, "KVOFFLOAD_COUNT_SUITE": str(suite)}
-        done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--collect-atstart=no",
-                               f"--toggle-collect={TOGGLE}", sys.executable, "-m", "kvoffload.counts", subject],
-                              capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+        # Every element a literal but the interpreter and the subject, which follow "--" (valgrind's
+        # end of options, then the child's): no computed string is read as an option.
+        done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=callgrind.out",
+                               "--collect-atstart=no", TOGGLE, "--", sys.executable, "-m",
+                               "kvoffload.counts", "--", subject],
+                              capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=scratch)
         if done.returncode != 0:
             raise RuntimeError(f"callgrind of {subject} ({mode}) exited {done.returncode}: {done.stderr[-500:]}")
         per = json.loads(done.stdout.strip().splitlines()[-1])["per"]
@@ -112,8 +117,8 @@ def _child(mode: str, subject: str) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2 or os.environ.get("KVOFFLOAD_COUNT_MODE") not in MODES:
-        print("usage: KVOFFLOAD_COUNT_MODE=connector|replay python -m kvoffload.counts BLOCKS_PER_CHUNK|WORKLOAD "
+    if sys.argv[1:2] != ["--"] or len(sys.argv) != 3 or os.environ.get("KVOFFLOAD_COUNT_MODE") not in MODES:
+        print("usage: KVOFFLOAD_COUNT_MODE=connector|replay python -m kvoffload.counts -- BLOCKS_PER_CHUNK|WORKLOAD "
               "(valgrind runs it: kvoffload.counts.count)", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps(_child(os.environ["KVOFFLOAD_COUNT_MODE"], sys.argv[1])))
+    print(json.dumps(_child(os.environ["KVOFFLOAD_COUNT_MODE"], sys.argv[2])))

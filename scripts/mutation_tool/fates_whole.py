@@ -23,6 +23,14 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
     "cli/bench_model.py:core/ZeroIterationForLoop:3": (_ROUNDS,),
     "cli/bench_model.py:core/ReplaceFalseWithTrue:0": (_ROUNDS,),
     "cli/bench_model.py:core/ZeroIterationForLoop:11": (_COMMAND,),
+    "cli/outputs.py:core/ExceptionReplacer:2": (
+        "tests/cli/test_output_checks.py::test_a_path_the_system_cannot_inspect_is_named_with_the_reason",),
+    "cli/outputs.py:core/AddNot:15": (
+        "tests/cli/test_output_checks.py::test_a_path_is_on_the_file_system_of_the_deepest_mount_holding_it",),
+    "cli/outputs.py:core/ReplaceUnaryOperator_Delete_Not:2": (
+        "tests/cli/test_output_checks.py::test_an_existing_writable_folder_is_accepted_as_it_is",),
+    "cli/releases.py:core/ReplaceComparisonOperator_Eq_LtE:0": (
+        "tests/cli/test_release_table.py::test_a_table_without_rows_names_no_commit",),
     "cli/compare.py:core/ReplaceBinaryOperator_Sub_BitXor:2": (
         "tests/cli/test_table_rules.py::test_what_differs_is_three_items_and_a_count_of_the_rest",),
 }
