@@ -31,11 +31,24 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/cli/test_output_checks.py::test_an_existing_writable_folder_is_accepted_as_it_is",),
     "cli/releases.py:core/ReplaceComparisonOperator_Eq_LtE:0": (
         "tests/cli/test_release_table.py::test_a_table_without_rows_names_no_commit",),
+    "cli/run.py:core/ReplaceFalseWithTrue:1": ("tests/cli/test_flag_rules.py::test_the_progress_bar_leaves_no_line_behind",),
+    "cli/run.py:core/ReplaceTrueWithFalse:1": ("tests/cli/test_flag_rules.py::test_a_trace_goes_into_folders_made_for_it",),
+    "cli/sweep.py:core/NumberReplacer:14": (
+        "tests/cli/test_flag_rules.py::test_a_shard_takes_any_count_of_at_least_one_and_fewer_than_20_digits",),
+    "cli/sweep.py:core/ReplaceComparisonOperator_GtE_Eq:0": (
+        "tests/cli/test_flag_rules.py::test_a_shard_takes_any_count_of_at_least_one_and_fewer_than_20_digits",),
+    "cli/sweep.py:core/ZeroIterationForLoop:3": (
+        "tests/cli/test_flag_rules.py::test_a_bad_set_value_is_named_by_its_flag_before_any_replay",),
     "cli/compare.py:core/ReplaceBinaryOperator_Sub_BitXor:2": (
         "tests/cli/test_table_rules.py::test_what_differs_is_three_items_and_a_count_of_the_rest",),
 }
 
 WHOLE_FATES: dict[str, tuple[str, str]] = {
+    "cli/run.py:core/ReplaceComparisonOperator_Gt_IsNot:0": (
+        "equivalent",
+        "the progress bar's `finished > bar.n` made `is not`: finished never decreases and the bar holds the "
+        "last one, so they differ only on equal ints past 256, where the mutant updates by 0, which changes "
+        "nothing (probes_whole.py: progress_never_goes_back)"),
     "cli/bench_model.py:core/ReplaceComparisonOperator_Eq_LtE:3": (
         "equivalent",
         "run_model_bench's `round_index == 0` made `<= 0`: the index comes from range(rounds), never "
