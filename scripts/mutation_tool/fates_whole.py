@@ -39,6 +39,10 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/cli/test_flag_rules.py::test_a_shard_takes_any_count_of_at_least_one_and_fewer_than_20_digits",),
     "cli/sweep.py:core/ZeroIterationForLoop:3": (
         "tests/cli/test_flag_rules.py::test_a_bad_set_value_is_named_by_its_flag_before_any_replay",),
+    "counts.py:core/ReplaceBinaryOperator_Div_Mul:2": (
+        "tests/benchmarks/test_bench_counts.py::test_counting_the_connector_needs_the_suites_batch",),
+    "counts.py:core/ReplaceBinaryOperator_Div_Add:4": (
+        "tests/benchmarks/test_bench_counts.py::test_a_count_is_the_callgrind_total_over_what_the_child_counted",),
     "cli/compare.py:core/ReplaceBinaryOperator_Sub_BitXor:2": (
         "tests/cli/test_table_rules.py::test_what_differs_is_three_items_and_a_count_of_the_rest",),
 }

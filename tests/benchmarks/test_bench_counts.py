@@ -34,3 +34,26 @@ def test_a_callgrind_report_gives_its_total():
     assert counts.total_instructions("version: 1\ncmd: python\nevents: Ir\nsummary: 53503384\n") == 53503384
     with pytest.raises(RuntimeError):
         counts.total_instructions("events: Ir\n")
+
+
+def test_a_count_is_the_callgrind_total_over_what_the_child_counted(monkeypatch):
+    """valgrind played: the child's report says it counted 128 steps, callgrind's total is 1,280."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    ran = []
+
+    def valgrind(argv, **kwargs):
+        ran.append(argv)
+        (Path(kwargs["cwd"]) / "callgrind.out").write_text("events: Ir\nsummary: 1280\n")
+        return subprocess.CompletedProcess(argv, 0, stdout=json.dumps({"per": 128}) + "\n", stderr="")
+
+    monkeypatch.setattr(counts.subprocess, "run", valgrind)
+    assert counts.count("connector", "1") == 10.0
+    assert ran[0][:2] == ["valgrind", "--tool=callgrind"] and ran[0][-2:] == ["--", "1"]
+
+
+def test_counting_the_connector_needs_the_suites_batch(tmp_path):
+    with pytest.raises(RuntimeError, match=f"needs the checkout's {tmp_path / 'bench_connector.py'}"):
+        counts.count("connector", "1", tmp_path)
