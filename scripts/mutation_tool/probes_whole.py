@@ -4,6 +4,7 @@ each shows that no input the guarded code can see tells the mutant from the orig
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 
 def rounds_count_from_zero() -> None:
@@ -42,4 +43,48 @@ def progress_never_goes_back() -> None:
         assert bar.n == 300
 
 
-PROBES_WHOLE = [rounds_count_from_zero, progress_never_goes_back]
+def failed_rev_parse_prints_nothing() -> None:
+    """gate_baseline.py _committed_baseline: ``resolved.returncode != 0`` made ``< 0``. A failed
+    ``git rev-parse --verify --quiet`` (exit 1: git never exits below 0, a signal aside) prints
+    nothing, so ``not commit`` refuses it either way (checked on an unknown ref, a tree, a blob,
+    a malformed and an empty name in a repository of its own)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        def git(*args):
+            return subprocess.run(["git", "-C", root, "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                                  capture_output=True, text=True, timeout=60)
+        git("init", "-q")
+        Path(root, "f").write_text("x")
+        git("add", "f")
+        git("commit", "-qm", "c")
+        for ref in ("no-such-ref", "HEAD^{tree}", "HEAD:f", "HEAD~5", "..", ""):
+            done = git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+            assert done.returncode == 1 and done.stdout == "", (ref, done)
+
+
+def ablation_layout_without_panels() -> None:
+    """report/ablation.py ablation_figure: the layout rectangle of a figure without panels (every
+    metric not drawn), ``0.15``/``0.85`` made ``1.15``/``1.85``: with no axes the constrained
+    layout places only the title, the same way whatever the rectangle (the PNGs are compared)."""
+    import io
+
+    from kvoffload.report import ablation
+    from kvoffload.report.sources import RunFile
+
+    runs = [RunFile(Path(f"r{i}.json"), "w", label, None, (), {"cpu_chunks": 8}, {}, "abc", False)
+            for i, label in enumerate(["reference", "vllm-0.25"])]
+    drawn = []
+    for rect in ((0, 0.15, 1, 0.85), (0, 1.15, 1, 0.85), (0, 0.15, 1, 1.85)):
+        fig, skipped = ablation.ablation_figure("w", runs)
+        assert not [ax for ax in fig.axes if ax.get_visible()] and skipped
+        fig.get_layout_engine().set(rect=rect)
+        png = io.BytesIO()
+        fig.savefig(png, format="png", metadata={"Software": None})
+        drawn.append(png.getvalue())
+    assert drawn[0] == drawn[1] == drawn[2]
+
+
+PROBES_WHOLE = [rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
+                ablation_layout_without_panels]

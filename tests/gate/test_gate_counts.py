@@ -107,3 +107,11 @@ def test_a_planted_5_percent_slowdown_in_build_connector_meta_is_counted_and_fla
     assert 0.03 < after / before - 1 < 0.10, (before, after)
     rows = gate_counts.verdicts({"machine": "m", "counted": {KEY: before}}, {KEY: after}, "m")
     assert [row[4] for row in rows] == ["costlier"]
+
+
+def test_the_count_environment_is_asked_of_valgrind_only_where_it_is(monkeypatch):
+    monkeypatch.setattr(counts, "environment", lambda: dict(ENVIRONMENT))
+    monkeypatch.setattr(counts, "available", lambda: True)
+    assert gate_counts.environment() == ENVIRONMENT
+    monkeypatch.setattr(counts, "available", lambda: False)
+    assert gate_counts.environment() == {}

@@ -1,0 +1,55 @@
+"""Details of the report's figures and files on hand-made runs: the ablation's groups named above
+their bars with a separator between groups, a panel holds at least one bar however narrow, the
+store-delay CSV holds every run's shares, and a report goes into folders it makes."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from kvoffload.report import ablation, draw_report
+from kvoffload.report.delays import delay_table
+from kvoffload.report.sources import RunFile
+
+
+def run(label: str, metrics=None, distributions=None, index: int = 0) -> RunFile:
+    return RunFile(Path(f"r{index}.json"), "w", label, None, (), {"cpu_chunks": 8},
+                   metrics or {"last_block_hit_rate": 0.5}, "abc", False, distributions or {})
+
+
+def test_each_group_is_named_over_its_bars_with_a_line_between_groups():
+    runs = [run(label, index=i) for i, label in enumerate(
+        ["reference", "reference -last_block_at_finish", "reference -final_token_watermark", "vllm-0.25"])]
+    fig, _ = ablation.ablation_figure("w", runs)
+    [ax] = [ax for ax in fig.axes if ax.get_visible()]
+    names = {text.get_text(): text.xy[0] for text in ax.texts if not text.get_text()[:1].isdigit()}
+    assert names == {"reference": 0.0, "reference, one fix off": 1.5, "vLLM presets": 3.0}  # each group's middle
+    assert [list(line.get_xdata()) for line in ax.lines] == [[0.5, 0.5], [2.5, 2.5]]  # between groups only
+
+
+def test_a_panel_holds_at_least_one_bar_however_narrow():
+    assert ablation.bars_per_panel(1000) == 1
+    assert ablation.bars_per_panel(1) > 1
+
+
+def test_the_store_delay_table_holds_every_runs_shares():
+    one = run("reference", distributions={"store_submit_delay_steps": {1: 3, 2: 1},
+                                          "store_visible_delay_steps": {4: 4}})
+    other = run("vllm-0.25", distributions={"store_submit_delay_steps": {0: 2}, "store_visible_delay_steps": {}},
+                index=1)
+    header, *rows = delay_table([one, other])
+    assert [(r[1], r[2], r[3], r[4], r[5]) for r in rows] == [
+        ("reference", "store_submit_delay_steps", "1", "3", "0.750000"),
+        ("reference", "store_submit_delay_steps", "2", "1", "0.250000"),
+        ("reference", "store_visible_delay_steps", "4", "4", "1.000000"),
+        ("vllm-0.25", "store_submit_delay_steps", "0", "2", "1.000000")]
+
+
+def test_a_report_goes_into_folders_it_makes(tmp_path):
+    from kvoffload.cli import main
+
+    assert main(["run", "--workload", "multi-turn-small", "--quiet", "--out", str(tmp_path / "runs" / "run.json")]) == 0
+    index = draw_report(tmp_path / "runs", tmp_path / "new" / "deeper" / "charts")
+    assert index == tmp_path / "new" / "deeper" / "charts" / "index.html" and index.is_file()
+    with open(index.with_name("ablation-multi-turn-small.csv"), newline="") as handle:
+        assert len(list(csv.reader(handle))) == 2  # the header and the one run
