@@ -53,3 +53,34 @@ def test_a_report_goes_into_folders_it_makes(tmp_path):
     assert index == tmp_path / "new" / "deeper" / "charts" / "index.html" and index.is_file()
     with open(index.with_name("ablation-multi-turn-small.csv"), newline="") as handle:
         assert len(list(csv.reader(handle))) == 2  # the header and the one run
+
+
+def drawn_delays(runs, monkeypatch, tmp_path):
+    """draw_store_delays' figure, laid out as it is saved."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import kvoffload.report.delays as delays
+
+    saved = []
+    monkeypatch.setattr(delays, "save_chart", lambda fig, out, name: saved.append(fig) or name)
+    delays.draw_store_delays(runs, tmp_path)
+    [fig] = saved
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    return fig, renderer
+
+
+def test_the_delay_bars_are_labelled_with_their_share_and_a_few_chunks_are_not_none(monkeypatch, tmp_path):
+    shares = {"store_submit_delay_steps": {1: 999, 2: 1}, "store_visible_delay_steps": {3: 1, 4: 1}}
+    fig, _ = drawn_delays([run("reference", distributions=shares)], monkeypatch, tmp_path)
+    labels = sorted(text.get_text() for ax in fig.axes for text in ax.texts)
+    assert labels == ["0.50", "0.50", "1.00", "<0.01"]
+
+
+def test_the_footer_stays_below_the_panels(monkeypatch, tmp_path):
+    runs = [run("reference", {"store_submit_delay_steps_p50": 1, "store_submit_delay_steps_p99": 3,
+                              "store_visible_delay_steps_p50": 2, "store_visible_delay_steps_p99": 4})]
+    fig, renderer = drawn_delays(runs, monkeypatch, tmp_path)
+    assert fig.get_figheight() == 3.8 * 1 + 0.8  # one row of percentile panels and the title's room
+    [footer] = [text.get_window_extent(renderer).y1 for text in fig.texts if "result files" in text.get_text()]
+    assert all(ax.get_tightbbox(renderer).y0 > footer for ax in fig.axes if ax.get_visible())
