@@ -59,6 +59,13 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
     "report/delays.py:core/NumberReplacer:32": (
         "tests/report/test_report_details.py::"
         "test_the_delay_bars_are_labelled_with_their_share_and_a_few_chunks_are_not_none",),
+    "report/delays.py:core/NumberReplacer:44": (
+        "tests/report/test_report_details.py::test_a_delay_panel_shows_shares_up_to_1_3_and_the_delays_seen_with_a_margin",),
+    "report/delays.py:core/NumberReplacer:84": (
+        "tests/report/test_report_details.py::test_a_delay_panel_shows_shares_up_to_1_3_and_the_delays_seen_with_a_margin",),
+    "report/delays.py:core/ReplaceComparisonOperator_LtE_Gt:0": ("tests/report/test_report_details.py::test_only_a_few_delay_bars_carry_their_share",),
+    "report/figures.py:core/AddNot:11": ("tests/report/test_report_details.py::test_a_crashed_run_is_named_so_under_its_bar",),
+    "report/figures.py:core/NumberReplacer:72": ("tests/report/test_report_details.py::test_presets_take_the_blues_in_order",),
     "cli/compare.py:core/ReplaceBinaryOperator_Sub_BitXor:2": (
         "tests/cli/test_table_rules.py::test_what_differs_is_three_items_and_a_count_of_the_rest",),
 }

@@ -84,3 +84,35 @@ def test_the_footer_stays_below_the_panels(monkeypatch, tmp_path):
     assert fig.get_figheight() == 3.8 * 1 + 0.8  # one row of percentile panels and the title's room
     [footer] = [text.get_window_extent(renderer).y1 for text in fig.texts if "result files" in text.get_text()]
     assert all(ax.get_tightbbox(renderer).y0 > footer for ax in fig.axes if ax.get_visible())
+
+
+def test_a_delay_panel_shows_shares_up_to_1_3_and_the_delays_seen_with_a_margin(monkeypatch, tmp_path):
+    shares = {"store_submit_delay_steps": {1: 3, 4: 1}, "store_visible_delay_steps": {2: 1, 6: 1}}
+    fig, _ = drawn_delays([run("reference", distributions=shares)], monkeypatch, tmp_path)
+    submit, visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert submit.get_ylim() == (0.0, 1.3)  # room above a share of 1 for its label
+    assert submit.get_xlim() == (0.4, 4.6) and visible.get_xlim() == (1.4, 6.6)
+
+
+def test_only_a_few_delay_bars_carry_their_share(monkeypatch, tmp_path):
+    """Twelve distinct delays are labelled; thirteen would crowd the panel: none is."""
+    for count, labelled in ((12, True), (13, False)):
+        shares = {"store_submit_delay_steps": {steps: 1 for steps in range(count)},
+                  "store_visible_delay_steps": {0: 1}}
+        fig, _ = drawn_delays([run("reference", distributions=shares)], monkeypatch, tmp_path)
+        assert any(ax.texts for ax in fig.axes) is labelled
+
+
+def test_a_crashed_run_is_named_so_under_its_bar():
+    from kvoffload.report.figures import tick_labels
+
+    crashed = RunFile(Path("c.json"), "w", "vllm-0.25", None, (), {}, {}, "abc", True)
+    assert tick_labels([run("reference -last_block_at_finish"), crashed]) == [
+        "reference\n-last_block_at_finish", "vllm-0.25 (crashed)"]
+
+
+def test_presets_take_the_blues_in_order():
+    from kvoffload.report.figures import _PRESET_SHADES, distinct_colors
+
+    colors = distinct_colors(["vllm-0.26", "reference", "vllm-0.25"])
+    assert (colors["vllm-0.25"], colors["vllm-0.26"]) == _PRESET_SHADES[:2]
