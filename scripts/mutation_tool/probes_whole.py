@@ -86,5 +86,29 @@ def ablation_layout_without_panels() -> None:
     assert drawn[0] == drawn[1] == drawn[2]
 
 
-PROBES_WHOLE = [rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
+def samples_are_at_least_one() -> None:
+    """report/history_text.py one_sample: ``p.samples > 1`` made ``p.samples != 1``. A point's
+    sample count is at least 1 whatever the result file says (``sources`` reads a missing, zero,
+    negative or fractional ``stats_repeat`` as 1: checked on such a file), and on 1, 2, ... the two
+    comparisons agree."""
+    import json
+    import tempfile
+
+    from kvoffload.report.sources import find_asv_points
+
+    columns = ["result", "params", "version", "stats_q_25", "stats_q_75", "stats_repeat"]
+    with tempfile.TemporaryDirectory() as root:
+        folder = Path(root) / "m"
+        folder.mkdir()
+        for i, repeat in enumerate((None, 0, -3, 0.5, 1, 7)):
+            (folder / f"{i:08x}-env.json").write_text(json.dumps({
+                "commit_hash": f"{i:040x}", "env_name": "env", "date": i, "result_columns": columns,
+                "results": {"b.C.track_x": [[1.0], [["1"]], "1", [0.9], [1.1], [repeat]]}}))
+        points, _ = find_asv_points(Path(root))
+    assert sorted(p.samples for p in points) == [1, 1, 1, 1, 1, 7]
+    for samples in range(1, 1000):
+        assert (samples > 1) == (samples != 1)
+
+
+PROBES_WHOLE = [samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
                 ablation_layout_without_panels]

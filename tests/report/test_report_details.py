@@ -116,3 +116,86 @@ def test_presets_take_the_blues_in_order():
 
     colors = distinct_colors(["vllm-0.26", "reference", "vllm-0.25"])
     assert (colors["vllm-0.25"], colors["vllm-0.26"]) == _PRESET_SHADES[:2]
+
+
+def test_the_footer_names_a_dirty_commit_as_such_inside_the_figure():
+    from matplotlib.figure import Figure
+
+    from kvoffload.report.figures import footer
+
+    fig = Figure()
+    footer(fig, [RunFile(Path("a.json"), "w", "reference", None, (), {"cpu_chunks": 8}, {}, "0123456789abcdef-dirty",
+                         False), run("vllm-0.25", index=1)])
+    [text] = fig.texts
+    assert text.get_text() == "2 result files; commit 0123456789ab-dirty, abc; cpu_chunks=8"
+    x, y = text.get_position()
+    assert 0 <= x <= 1 and 0 <= y <= 1
+
+
+def test_two_capacities_make_a_series():
+    from kvoffload.report.figures import capacity_series
+
+    runs = [RunFile(Path(f"c{c}.json"), "w", "reference", None, (), {"cpu_chunks": c}, {}, "abc", False)
+            for c in (1024, 2048)]
+    assert capacity_series(runs) == {"w": {"reference": runs}}
+    assert capacity_series(runs[:1]) == {}
+
+
+def test_the_markdown_page_has_every_section_and_the_runs(tmp_path):
+    from kvoffload.report.figures import REGRESSION, RELEASE_LOSS, Chart
+    from kvoffload.report.page import Page, write_markdown
+
+    charts = [Chart(REGRESSION, "a history", "asv-x.png", "c"), Chart(RELEASE_LOSS, "delays", "store-delays-w.png", "c")]
+    write_markdown(Page(source=tmp_path, charts=charts, runs=[run("reference")]), tmp_path / "with.md")
+    text = (tmp_path / "with.md").read_text()
+    assert '<h2 id="did_this_commit_regress">Did this commit regress?</h2>' in text
+    assert '<h2 id="what_did_each_release_lose">What did each release lose?</h2>' in text
+    assert "## Runs" in text and "| w | reference |" in text
+    write_markdown(Page(source=tmp_path, charts=charts), tmp_path / "without.md")
+    assert "## Runs" not in (tmp_path / "without.md").read_text()
+
+
+def test_a_release_table_that_is_not_json_is_one_line_naming_it(tmp_path):
+    import pytest
+
+    from kvoffload.report.releases import read_release_table
+    from kvoffload.results import ResultError
+
+    (tmp_path / "releases").mkdir()
+    (tmp_path / "releases" / "releases.json").write_text('{"schema": ')
+    with pytest.raises(ResultError, match=r"releases\.json: not a release table \("):
+        read_release_table(tmp_path)
+
+
+def test_a_release_row_that_could_not_set_up_is_passed_over_not_the_rest(tmp_path):
+    import json
+
+    from kvoffload.releases import SCHEMA
+    from kvoffload.report.releases import draw_releases
+
+    def measured(rate):
+        return {"metrics": {"last_block_hit_rate": rate}, "error": None}
+
+    rows = [{"workload": "w", "scheduling": "async", "setup_error": "ImportError: x"},
+            {"workload": "w", "scheduling": "sync", "release": measured(0.5), "preset": measured(0.5)}]
+    (tmp_path / "releases").mkdir()
+    (tmp_path / "releases" / "releases.json").write_text(json.dumps(
+        {"schema": SCHEMA, "releases": [{"release": "0.25.0", "preset": "vllm-0.25", "rows": rows}]}))
+    (tmp_path / "out").mkdir()
+    charts, note = draw_releases(tmp_path, tmp_path / "out")
+    assert [chart.filename for chart in charts] == ["releases-w.png"] and note is None
+
+
+def test_the_scaling_chart_draws_every_series_on_a_grid(tmp_path, monkeypatch):
+    import kvoffload.report.scaling as scaling
+
+    saved = []
+    monkeypatch.setattr(scaling, "save_figure", lambda figure, out: saved.append(figure))
+    points = [scaling.ScalingPoint(name, n, n / 100, n * 2**20) for name in ("a sync", "b async") for n in (100, 1000)]
+    scaling.draw_scaling(points, tmp_path / "s.png")
+    [fig] = saved
+    assert fig.get_figheight() == 4.4
+    time_axes, memory_axes = fig.axes[:2]
+    assert {line.get_label() for line in time_axes.get_lines() if not line.get_label().startswith("_")} == {
+        "a sync", "b async"}
+    assert all(line.get_visible() for line in time_axes.get_ygridlines())
