@@ -91,6 +91,11 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
     "report/history.py:core/AddNot:34": ("tests/report/test_history_style.py::test_a_spread_bar_stands_where_asv_kept_quartiles",),
     "report/history_marks.py:core/ReplaceComparisonOperator_Eq_GtE:0": ("tests/report/test_history_style.py::test_lines_moving_both_ways_at_one_commit_get_a_two_way_arrow",),
     "report/history_text.py:core/ReplaceAndWithOr:0": ("tests/report/test_history_style.py::test_a_single_sample_with_quartiles_still_measured_no_spread",),
+    "report/sources.py:core/AddNot:28": ("tests/report/test_report_details.py::test_asv_values_are_read_as_asv_writes_them",),
+    "report/sources.py:core/ReplaceOrWithAnd:19": ("tests/report/test_report_details.py::test_asv_values_are_read_as_asv_writes_them",),
+    "report/sources.py:core/NumberReplacer:16": ("tests/report/test_report_details.py::test_asv_values_are_read_as_asv_writes_them",),
+    "report/sources.py:core/ReplaceAndWithOr:10": ("tests/report/test_report_details.py::test_asv_values_are_read_as_asv_writes_them",),
+    "results.py:core/NumberReplacer:14": ("tests/report/test_report_details.py::test_a_long_wrong_value_is_quoted_to_57_characters_and_an_ellipsis",),
     "cli/compare.py:core/ReplaceBinaryOperator_Sub_BitXor:2": (
         "tests/cli/test_table_rules.py::test_what_differs_is_three_items_and_a_count_of_the_rest",),
 }

@@ -199,3 +199,43 @@ def test_the_scaling_chart_draws_every_series_on_a_grid(tmp_path, monkeypatch):
     assert {line.get_label() for line in time_axes.get_lines() if not line.get_label().startswith("_")} == {
         "a sync", "b async"}
     assert all(line.get_visible() for line in time_axes.get_ygridlines())
+
+
+def test_asv_values_are_read_as_asv_writes_them(tmp_path):
+    """A missing date is 0 (commit order then falls back to main's line), a missing sample count
+    is one sample, a parameter keeps its text unless asv quoted all of it."""
+    import json
+
+    import pytest
+
+    from kvoffload.report.sources import _asv_date, _unquote, find_asv_points, read_main_line
+    from kvoffload.results import ResultError
+
+    assert (_asv_date(None), _asv_date(1_700_000_000_000)) == (0, 1_700_000_000_000)
+    assert [_unquote(t) for t in ("'multi-turn'", '"x"', "'abc", "aba", "4", "''")] == [
+        "multi-turn", "x", "'abc", "aba", "4", ""]
+    folder = tmp_path / "asv" / "m"
+    folder.mkdir(parents=True)
+    (folder / "abcdef12-env.json").write_text(json.dumps({
+        "commit_hash": "abcdef12" * 5, "env_name": "env", "result_columns": ["result", "params"],
+        "results": {"b.C.track_x": [[1.0], [["'reference'"]]]}}))
+    [point] = find_asv_points(tmp_path / "asv")[0]
+    assert (point.date, point.samples, point.params) == (0, 1, ("reference",))
+    (tmp_path / "asv" / "first-parent.tsv").write_text("abc1234\t2026-11-20T10:00:00+00:00\ta short id\n")
+    with pytest.raises(ResultError, match="line 1: expected 'commit<TAB>date<TAB>subject'"):
+        read_main_line(tmp_path / "asv")
+
+
+def test_a_long_wrong_value_is_quoted_to_57_characters_and_an_ellipsis(tmp_path):
+    import json
+
+    import pytest
+
+    from kvoffload.results import SCHEMA, ResultError, read_result
+
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"schema": SCHEMA, "workload": {"name": "w"}, "connector": {"label": "reference"},
+                                "config": {}, "metrics": {"steps": "x" * 100}}))
+    with pytest.raises(ResultError) as raised:
+        read_result(path)
+    assert str(raised.value).endswith(f"got {repr('x' * 100)[:57]}...")
