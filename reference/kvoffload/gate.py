@@ -43,6 +43,7 @@ from typing import Callable, Iterable
 from kvoffload import gate_counts
 from kvoffload.core.fixes import PRESETS
 from kvoffload.choice import ConnectorChoice
+from kvoffload.cli.bench import ablation
 from kvoffload.gate_baseline import BASELINE, SCHEMA, number as _number, read_baseline, write_baseline
 from kvoffload.gate_signatures import MUST_BE_ZERO, collect_signatures, looks_like, poisoned_cells, replay_command
 from kvoffload.metrics import GLOSSARY, MEASURED_METRICS as MEASURED, judge, same_value
@@ -113,8 +114,9 @@ def collect(repeats: int = 1) -> dict:
 
 
 def ablation_metrics(workload: str, flag: str) -> dict[str, float | None]:
-    """The reference's deterministic metrics on gate workload ``workload`` with fix ``flag`` off."""
-    metrics = replay_workload(load_workload(workload), ConnectorChoice.build(None, (flag,))).result["metrics"]
+    """The reference's deterministic metrics on gate workload ``workload`` with fix ``flag`` off, as
+    the bench ablates it (``cli.bench.ablation``: after the fix that hides it, if any)."""
+    metrics = replay_workload(load_workload(workload), ConnectorChoice.build(None, ablation(flag))).result["metrics"]
     return {metric: _number(metrics.get(metric)) for metric in DETERMINISTIC}
 
 

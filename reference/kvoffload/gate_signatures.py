@@ -2,9 +2,11 @@
 
 - **Signatures** (``collect_signatures``): for each gate workload and fix flag, the deterministic
   metrics in which the reference with that flag off differs from the reference, with their values
-  then: the flag's ablation on the gate's own workloads (the replays of ``kvoffload run --workload
-  W --disable-fix F``). ``--update`` computes them from the code and writes them into the baseline,
-  so they are never a hand-written table that can drift from what a flag does.
+  then: the flag's ablation on the gate's own workloads, as the bench ablates it (``cli.bench.
+  ablation``: a flag another fix hides is switched off after that one, so its signature holds both;
+  the replays of ``kvoffload run --workload W --disable-fix F``). ``--update`` computes them from
+  the code and writes them into the baseline, so they are never a hand-written table that can
+  drift from what a flag does.
 - **Looks like** (``looks_like``): a failing gate compares the reference's moves with each
   signature. A flag whose signature moves the same metrics the same way on every gate workload
   (nothing where it moves nothing) is named: "looks like `final_token_watermark` off", and
@@ -24,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from kvoffload.cli.bench import ablation
 from kvoffload.core.fixes import FIX_NAMES, PRESETS
 from kvoffload.metrics import GLOSSARY, MEASURED_METRICS, same_value
 
@@ -77,7 +80,8 @@ class Match:
 
     def sentence(self, workloads: Iterable[str] = ()) -> str:
         how = "identical to" if self.identical else "looks like"
-        commands = "; ".join(f"{replay_command(f'{w}/{REFERENCE}')} --disable-fix {self.flag}"
+        disabled = " ".join(f"--disable-fix {flag}" for flag in ablation(self.flag))
+        commands = "; ".join(f"{replay_command(f'{w}/{REFERENCE}')} {disabled}"
                              for w in self.workloads or tuple(workloads))
         return (f"{how} `{self.flag}` off: the reference's moves are that flag's ablation signature on every gate "
                 f"workload (the baseline's signatures); replay the flag off: {commands}")

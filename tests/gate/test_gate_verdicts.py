@@ -18,7 +18,8 @@ from kvoffload import gate
 from kvoffload.cli import main
 from kvoffload.core.fixes import FIX_NAMES
 from kvoffload.gate_signatures import Match, looks_like, poisoned_cells, replay_command
-from kvoffload.runner import ConnectorChoice
+from kvoffload.runner import ConnectorChoice, replay_workload
+from kvoffload.workloads import load_workload
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,6 +113,23 @@ def test_a_must_be_0_number_that_got_worse_is_refused_even_where_a_flag_explains
     assert poisoned_cells({"w1/vllm-0.29/poisoned_loads": 19.0}, SIGNATURES, previous) == []
     (cell,) = poisoned_cells({"w1/vllm-0.29/poisoned_loads": 20.0}, SIGNATURES, previous)
     assert cell.line() == "w1/vllm-0.29/poisoned_loads = 20: got worse (was 19 in the baseline it would replace)"
+
+
+def test_a_flag_another_fix_hides_has_the_benchs_ablation_as_its_signature():
+    """storable_within_allocated off alone moves nothing on aborts-and-resets-small (aborted_watermark
+    stops every path to its bug); switched off after aborted_watermark, as the bench ablates it and
+    as 0.25 and 0.26 run, the connector crashes. Its signature is that pair's, so vllm-0.26's crash
+    there is the flags it lacks, not poison, and a match replays both flags off."""
+    workload = "aborts-and-resets-small"
+    alone = replay_workload(load_workload(workload), ConnectorChoice.build(None, ("storable_within_allocated",)))
+    assert alone.result["metrics"]["crashes"] == 0
+    signature = gate.ablation_metrics(workload, "storable_within_allocated")
+    assert signature["crashes"] == 1
+    signatures = {**SIGNATURES, f"{workload}/storable_within_allocated": {"crashes": signature["crashes"]}}
+    assert poisoned_cells({f"{workload}/vllm-0.26/crashes": 1.0}, signatures, None) == []
+    assert poisoned_cells({f"{workload}/vllm-0.29/crashes": 1.0}, signatures, None) != []  # 0.29 has both fixes
+    assert Match("storable_within_allocated", True, (workload,)).sentence().endswith(
+        f"kvoffload run --workload {workload} --disable-fix aborted_watermark --disable-fix storable_within_allocated")
 
 
 def test_the_committed_baseline_blesses_no_poison_and_has_every_signature():
