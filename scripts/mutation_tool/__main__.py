@@ -12,9 +12,8 @@ per-mutant test selection without a plugin; every mutant runs in a fresh interpr
 suite's alarm-based hang bound and torch's threads behave as in CI; its session database lets a
 sample be taken by marking the rest skipped, and an interrupted run resumes.
 
-Work lives in ``.mutation/`` (ignored by git): a snapshot of the tree (so the worktree stays
-editable while mutants are planted in the copy), one config and sqlite session per module, and
-each stage's verdicts. Runs at ``nice -n 10`` and one mutant at a time (a shared 2-core machine).
+Work lives in ``.mutation/`` (ignored): a snapshot of the tree to plant mutants in, a config and sqlite
+session per module, each stage's verdicts. ``nice -n 10``, one mutant at a time (a shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from script_args import StrictParser  # noqa: E402
-from places import PACKAGE, RESULTS, ROOT, TREE, WORK, copy_tree  # noqa: E402
+from places import PACKAGE, RESULTS, ROOT, SET, TREE, WORK, copy_tree  # noqa: E402
 from sampling import annotation_spans, in_annotation, mark_sample  # noqa: E402
 from sessions import STAGES, items, key, session_name, survivors_after, verdicts  # noqa: E402
 from targets import MAIN_SUITE_IGNORES, TESTS_OF, VLLM_MODULES  # noqa: E402
@@ -361,11 +360,12 @@ def _stage(args) -> int:
 
 def cmd_report(args) -> int:
     from fates import FATES
-    from summary import write_report
+    from summary import FIRST_SCOPE, WHOLE_SCOPE, write_report
 
     meta = json.loads((WORK / "meta.json").read_text())
     every = [r for module in TESTS_OF for r in items(module)]
-    lines = write_report(meta, every, key, verdicts(), FATES, STAGES, RESULTS)
+    lines = write_report(meta, every, key, verdicts(), FATES, STAGES, RESULTS,
+                         WHOLE_SCOPE if SET == "whole" else FIRST_SCOPE)
     print(lines[2], "\n", "\n".join(lines[4:14]))
     return 0
 

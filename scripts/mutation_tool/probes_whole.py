@@ -110,5 +110,21 @@ def samples_are_at_least_one() -> None:
         assert (samples > 1) == (samples != 1)
 
 
+def third_heading_is_never_narrower_than_its_rates() -> None:
+    """cli/bench.py _bench_table: the headings left-justified up to column ``i < 2`` made ``i < 3``.
+    The third column is the last-chunk rate: its heading (10 characters) is at least as wide as any
+    value a rate shows (``format_value``: None as '-', an int rate 0 or 1, a float in [0, 1] to
+    three decimals, 5 characters), so the column is the heading's width and ljust and rjust of the
+    heading give the same text."""
+    from kvoffload.cli.bench import SHORT_NAMES, TABLE_METRICS
+    from kvoffload.metrics import format_value
+
+    third = TABLE_METRICS[0]
+    assert third.endswith("_rate") and len(SHORT_NAMES[third]) == 10
+    values = [None, 0, 1, *(i / 10_000 for i in range(10_001))]
+    assert max(len(format_value(third, value)) for value in values) <= len(SHORT_NAMES[third])
+    assert SHORT_NAMES[third].ljust(10) == SHORT_NAMES[third].rjust(10)
+
+
 PROBES_WHOLE = [samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
-                ablation_layout_without_panels]
+                ablation_layout_without_panels, third_heading_is_never_narrower_than_its_rates]
