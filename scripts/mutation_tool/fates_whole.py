@@ -43,23 +43,10 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/gate/test_gate_counts.py::test_the_count_environment_is_asked_of_valgrind_only_where_it_is",),
     "report/__init__.py:core/ReplaceTrueWithFalse:0": (
         "tests/report/test_report_details.py::test_a_report_goes_into_folders_it_makes",),
-    "report/ablation.py:core/NumberReplacer:85": (
-        "tests/report/test_report_details.py::test_each_group_is_named_over_its_bars_with_a_line_between_groups",),
     "report/ablation.py:core/NumberReplacer:6": (
         "tests/report/test_report_details.py::test_a_panel_holds_at_least_one_bar_however_narrow",),
     "report/delays.py:core/ZeroIterationForLoop:1": (
         "tests/report/test_report_details.py::test_the_store_delay_table_holds_every_runs_shares",),
-    "report/delays.py:core/ReplaceBinaryOperator_Add_FloorDiv:7": (
-        "tests/report/test_report_details.py::test_the_footer_stays_below_the_panels",),
-    "report/delays.py:core/NumberReplacer:9": ("tests/report/test_report_details.py::test_the_footer_stays_below_the_panels",),
-    "report/delays.py:core/NumberReplacer:32": (
-        "tests/report/test_report_details.py::"
-        "test_the_delay_bars_are_labelled_with_their_share_and_a_few_chunks_are_not_none",),
-    "report/delays.py:core/NumberReplacer:44": (
-        "tests/report/test_report_details.py::test_a_delay_panel_shows_shares_up_to_1_3_and_the_delays_seen_with_a_margin",),
-    "report/delays.py:core/NumberReplacer:84": (
-        "tests/report/test_report_details.py::test_a_delay_panel_shows_shares_up_to_1_3_and_the_delays_seen_with_a_margin",),
-    "report/delays.py:core/ReplaceComparisonOperator_LtE_Gt:0": ("tests/report/test_report_details.py::test_only_a_few_delay_bars_carry_their_share",),
     "report/figures.py:core/AddNot:11": ("tests/report/test_report_details.py::test_a_crashed_run_is_named_so_under_its_bar",),
     "report/figures.py:core/NumberReplacer:72": ("tests/report/test_report_details.py::test_presets_take_the_blues_in_order",),
     "report/figures.py:core/AddNot:8": ("tests/report/test_report_details.py::test_the_footer_names_a_dirty_commit_as_such_inside_the_figure",),
@@ -69,9 +56,6 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
     "report/page.py:core/ZeroIterationForLoop:5": ("tests/report/test_report_details.py::test_the_markdown_page_has_every_section_and_the_runs",),
     "report/releases.py:core/ExceptionReplacer:1": ("tests/report/test_report_details.py::test_a_release_table_that_is_not_json_is_one_line_naming_it",),
     "report/releases.py:core/ReplaceContinueWithBreak:0": ("tests/report/test_report_details.py::test_a_release_row_that_could_not_set_up_is_passed_over_not_the_rest",),
-    "report/scaling.py:core/ReplaceTrueWithFalse:1": ("tests/report/test_report_details.py::test_the_scaling_chart_draws_every_series_on_a_grid",),
-    "report/scaling.py:core/NumberReplacer:2": ("tests/report/test_report_details.py::test_the_scaling_chart_draws_every_series_on_a_grid",),
-    "report/scaling.py:core/ZeroIterationForLoop:0": ("tests/report/test_report_details.py::test_the_scaling_chart_draws_every_series_on_a_grid",),
     "report/history.py:core/ReplaceBinaryOperator_Add_Mul:3": ("tests/report/test_history_style.py::test_the_figure_is_as_wide_as_its_panels_and_the_key",),
     "report/history.py:core/NumberReplacer:133": ("tests/report/test_history_style.py::test_the_figure_is_as_wide_as_its_panels_and_the_key",),
     "report/history.py:core/NumberReplacer:166": ("tests/report/test_history_style.py::test_a_rate_starts_at_0_and_keeps_room_above_its_largest_value",),
@@ -102,6 +86,16 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/cli/test_hostile_input.py::test_hostile_input_is_one_line_exit_2_and_nothing_written"
         "[compare a result whose connector.label is a number]",),
 }
+
+# Killed on the snapshot (fa313c6) by tests of figures that main's issue 30 then rewrote (the store
+# delays as curves against the reference, the ablation, the one-panel scaling chart): the tests went
+# with the code they tested, so these verdicts hold for the snapshot only (docs/mutation.md).
+RETIRED_WITH_THEIR_CODE = (
+    "report/ablation.py:core/NumberReplacer:85", "report/delays.py:core/ReplaceBinaryOperator_Add_FloorDiv:7",
+    "report/delays.py:core/NumberReplacer:9", "report/delays.py:core/NumberReplacer:32",
+    "report/delays.py:core/NumberReplacer:44", "report/delays.py:core/NumberReplacer:84",
+    "report/delays.py:core/ReplaceComparisonOperator_LtE_Gt:0", "report/scaling.py:core/ReplaceTrueWithFalse:1",
+    "report/scaling.py:core/NumberReplacer:2", "report/scaling.py:core/ZeroIterationForLoop:0")
 
 WHOLE_FATES: dict[str, tuple[str, str]] = {
     "cli/bench.py:core/NumberReplacer:6": (

@@ -64,6 +64,9 @@ def test_the_reference_is_green_thick_and_on_top_and_presets_above_the_change_li
     assert reference["zorder"] > preset["zorder"] > 1  # intended-change lines are drawn at 1
     assert preset["color"] != series_style(1, 1, False)["color"]  # a second machine: another shade
     assert series_style(0, 1, True)["color"] != REFERENCE_COLOR
+    presets = [series_style(index, 0, False)["color"] for index in range(1, 10)]
+    assert len(set(presets)) == 9  # nine connectors, nine hues
+    assert series_style(0, 1, True)["color"] not in presets  # the reference's green is nobody else's
 
 
 def test_a_pooled_line_of_two_machines_keeps_the_first_machines_colour(monkeypatch, tmp_path):

@@ -1,6 +1,6 @@
-"""Details of the report's figures and files on hand-made runs: the ablation's groups named above
-their bars with a separator between groups, a panel holds at least one bar however narrow, the
-store-delay CSV holds every run's shares, and a report goes into folders it makes."""
+"""Details of the report's figures and files on hand-made runs: a panel holds at least one bar
+however narrow, the store-delay CSV holds every run's shares, and a report goes into folders it
+makes."""
 
 from __future__ import annotations
 
@@ -15,16 +15,6 @@ from kvoffload.report.sources import RunFile
 def run(label: str, metrics=None, distributions=None, index: int = 0) -> RunFile:
     return RunFile(Path(f"r{index}.json"), "w", label, None, (), {"cpu_chunks": 8},
                    metrics or {"last_block_hit_rate": 0.5}, "abc", False, distributions or {})
-
-
-def test_each_group_is_named_over_its_bars_with_a_line_between_groups():
-    runs = [run(label, index=i) for i, label in enumerate(
-        ["reference", "reference -last_block_at_finish", "reference -final_token_watermark", "vllm-0.25"])]
-    fig, _ = ablation.ablation_figure("w", runs)
-    [ax] = [ax for ax in fig.axes if ax.get_visible()]
-    names = {text.get_text(): text.xy[0] for text in ax.texts if not text.get_text()[:1].isdigit()}
-    assert names == {"reference": 0.0, "reference, one fix off": 1.5, "vLLM presets": 3.0}  # each group's middle
-    assert [list(line.get_xdata()) for line in ax.lines] == [[0.5, 0.5], [2.5, 2.5]]  # between groups only
 
 
 def test_a_panel_holds_at_least_one_bar_however_narrow():
@@ -53,54 +43,6 @@ def test_a_report_goes_into_folders_it_makes(tmp_path):
     assert index == tmp_path / "new" / "deeper" / "charts" / "index.html" and index.is_file()
     with open(index.with_name("ablation-multi-turn-small.csv"), newline="") as handle:
         assert len(list(csv.reader(handle))) == 2  # the header and the one run
-
-
-def drawn_delays(runs, monkeypatch, tmp_path):
-    """draw_store_delays' figure, laid out as it is saved."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    import kvoffload.report.delays as delays
-
-    saved = []
-    monkeypatch.setattr(delays, "save_chart", lambda fig, out, name: saved.append(fig) or name)
-    delays.draw_store_delays(runs, tmp_path)
-    [fig] = saved
-    renderer = FigureCanvasAgg(fig).get_renderer()
-    fig.draw(renderer)
-    return fig, renderer
-
-
-def test_the_delay_bars_are_labelled_with_their_share_and_a_few_chunks_are_not_none(monkeypatch, tmp_path):
-    shares = {"store_submit_delay_steps": {1: 999, 2: 1}, "store_visible_delay_steps": {3: 1, 4: 1}}
-    fig, _ = drawn_delays([run("reference", distributions=shares)], monkeypatch, tmp_path)
-    labels = sorted(text.get_text() for ax in fig.axes for text in ax.texts)
-    assert labels == ["0.50", "0.50", "1.00", "<0.01"]
-
-
-def test_the_footer_stays_below_the_panels(monkeypatch, tmp_path):
-    runs = [run("reference", {"store_submit_delay_steps_p50": 1, "store_submit_delay_steps_p99": 3,
-                              "store_visible_delay_steps_p50": 2, "store_visible_delay_steps_p99": 4})]
-    fig, renderer = drawn_delays(runs, monkeypatch, tmp_path)
-    assert fig.get_figheight() == 3.8 * 1 + 0.8  # one row of percentile panels and the title's room
-    [footer] = [text.get_window_extent(renderer).y1 for text in fig.texts if "result files" in text.get_text()]
-    assert all(ax.get_tightbbox(renderer).y0 > footer for ax in fig.axes if ax.get_visible())
-
-
-def test_a_delay_panel_shows_shares_up_to_1_3_and_the_delays_seen_with_a_margin(monkeypatch, tmp_path):
-    shares = {"store_submit_delay_steps": {1: 3, 4: 1}, "store_visible_delay_steps": {2: 1, 6: 1}}
-    fig, _ = drawn_delays([run("reference", distributions=shares)], monkeypatch, tmp_path)
-    submit, visible = [ax for ax in fig.axes if ax.get_visible()]
-    assert submit.get_ylim() == (0.0, 1.3)  # room above a share of 1 for its label
-    assert submit.get_xlim() == (0.4, 4.6) and visible.get_xlim() == (1.4, 6.6)
-
-
-def test_only_a_few_delay_bars_carry_their_share(monkeypatch, tmp_path):
-    """Twelve distinct delays are labelled; thirteen would crowd the panel: none is."""
-    for count, labelled in ((12, True), (13, False)):
-        shares = {"store_submit_delay_steps": {steps: 1 for steps in range(count)},
-                  "store_visible_delay_steps": {0: 1}}
-        fig, _ = drawn_delays([run("reference", distributions=shares)], monkeypatch, tmp_path)
-        assert any(ax.texts for ax in fig.axes) is labelled
 
 
 def test_a_crashed_run_is_named_so_under_its_bar():
@@ -150,6 +92,10 @@ def test_the_markdown_page_has_every_section_and_the_runs(tmp_path):
     text = (tmp_path / "with.md").read_text()
     assert '<h2 id="did_this_commit_regress">Did this commit regress?</h2>' in text
     assert '<h2 id="what_did_each_release_lose">What did each release lose?</h2>' in text
+    contents = text.split("## Contents\n\n")[1].split("\n\n")[0].splitlines()
+    assert contents == ["- [Did this commit regress?](#did_this_commit_regress)", "  - [a history](#asv-x.png)",
+                        "- [What did each release lose?](#what_did_each_release_lose)",
+                        "  - [delays](#store-delays-w.png)"]
     assert "## Runs" in text and "| w | reference |" in text
     write_markdown(Page(source=tmp_path, charts=charts), tmp_path / "without.md")
     assert "## Runs" not in (tmp_path / "without.md").read_text()
@@ -186,7 +132,7 @@ def test_a_release_row_that_could_not_set_up_is_passed_over_not_the_rest(tmp_pat
     assert [chart.filename for chart in charts] == ["releases-w.png"] and note is None
 
 
-def test_the_scaling_chart_draws_every_series_on_a_grid(tmp_path, monkeypatch):
+def test_the_scaling_chart_draws_every_series_and_its_linear_guide_on_log_axes(tmp_path, monkeypatch):
     import kvoffload.report.scaling as scaling
 
     saved = []
@@ -194,11 +140,13 @@ def test_the_scaling_chart_draws_every_series_on_a_grid(tmp_path, monkeypatch):
     points = [scaling.ScalingPoint(name, n, n / 100, n * 2**20) for name in ("a sync", "b async") for n in (100, 1000)]
     scaling.draw_scaling(points, tmp_path / "s.png")
     [fig] = saved
-    assert fig.get_figheight() == 4.4
-    time_axes, memory_axes = fig.axes[:2]
-    assert {line.get_label() for line in time_axes.get_lines() if not line.get_label().startswith("_")} == {
-        "a sync", "b async"}
-    assert all(line.get_visible() for line in time_axes.get_ygridlines())
+    [memory_axes] = fig.axes
+    assert memory_axes.get_xscale() == memory_axes.get_yscale() == "log"
+    named = {line.get_label(): list(line.get_ydata()) for line in memory_axes.get_lines()
+             if not line.get_label().startswith("_")}
+    assert named == {"a sync": [100 / 1024, 1000 / 1024], "b async": [100 / 1024, 1000 / 1024]}  # GiB
+    guides = [list(line.get_ydata()) for line in memory_axes.get_lines() if line.get_linestyle() == ":"]
+    assert guides == [[100 / 1024, 1000 / 1024]] * 2  # linear growth from the smallest point
 
 
 def test_asv_values_are_read_as_asv_writes_them(tmp_path):
