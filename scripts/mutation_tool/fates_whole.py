@@ -87,7 +87,7 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
         "[compare a result whose connector.label is a number]",),
 }
 
-# Killed on the snapshot (fa313c6) by tests of figures that main's issue 30 then rewrote (the store
+# Killed on the snapshot (274dc7d) by tests of figures that main's issue 30 then rewrote (the store
 # delays as curves against the reference, the ablation, the one-panel scaling chart): the tests went
 # with the code they tested, so these verdicts hold for the snapshot only (docs/mutation.md).
 RETIRED_WITH_THEIR_CODE = (
