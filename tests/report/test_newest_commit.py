@@ -73,7 +73,8 @@ def test_the_page_highlights_worse_rows(tmp_path):
     write_markdown(page, tmp_path / "index.md")
     html_text = (tmp_path / "index.html").read_text()
     assert html_text.count("<tr class='worse'>") == 1 and "<tr class='worse'><td>deterministic</td>" in html_text
-    assert "| **deterministic** | **TrackSpecDecode.track_poisoned_loads** |" in (tmp_path / "index.md").read_text()
+    # bold, and escaped as every text of index.md is (page.md: an underscore is no emphasis)
+    assert r"| **deterministic** | **TrackSpecDecode.track\_poisoned\_loads** |" in (tmp_path / "index.md").read_text()
 
 
 def drawn(points, units, monkeypatch, tmp_path):

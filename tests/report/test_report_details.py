@@ -109,7 +109,7 @@ def test_a_release_table_that_is_not_json_is_one_line_naming_it(tmp_path):
 
     (tmp_path / "releases").mkdir()
     (tmp_path / "releases" / "releases.json").write_text('{"schema": ')
-    with pytest.raises(ResultError, match=r"releases\.json: not a release table \("):
+    with pytest.raises(ResultError, match=r"releases\.json: not JSON \(line 1: .*\); expected a release table$"):
         read_release_table(tmp_path)
 
 
