@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import random
+import sys
 import time
 
 from kvoffload.core.fixes import Fixes
@@ -165,6 +166,9 @@ class BuildConnectorMeta:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:]:
+        print("usage: python benchmarks/bench_connector.py  (no arguments)", file=sys.stderr)
+        sys.exit(2)
     for bpc in BuildConnectorMeta.params[0]:
         bench = BuildConnectorMeta()
         bench.setup(bpc)

@@ -15,6 +15,7 @@ vLLM environment.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
@@ -26,7 +27,12 @@ def has_vllm() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def replay(connector: str) -> dict:
+# A GPU runner's own model (scripts/gpu-runner --model DIR sets it for asv): RealModelGiven tracks
+# it beside the tiny model's line, the model's folder name as a parameter, so the two never join.
+GIVEN_MODEL = os.environ.get("KVOFFLOAD_ASV_MODEL", "")
+
+
+def replay(connector: str, model: str | None = None) -> dict:
     from kvoffload.choice import ConnectorChoice
     from kvoffload.runner import replay_workload
     from kvoffload.workloads import load_workload
@@ -34,7 +40,7 @@ def replay(connector: str) -> dict:
     path = WORKLOADS_DIR / f"{WORKLOAD}.toml"
     workload = load_workload(str(path) if path.is_file() else WORKLOAD)
     outcome = replay_workload(workload, ConnectorChoice.build(source=connector), engine="vllm",
-                              engine_options={"oracle": False})
+                              engine_options={"oracle": False, "model": model})
     if outcome.failed:
         raise RuntimeError(f"{WORKLOAD} on --engine vllm, connector {connector}: {outcome.result['error']}")
     return outcome.result["metrics"]
@@ -73,6 +79,43 @@ class RealModel:
     track_ttft_ms_p99.unit = "ms (measured)"
 
     def track_tpot_ms_p50(self, cache, connector):
+        return self.metrics.get("tpot_ms_p50")
+
+    track_tpot_ms_p50.unit = "ms (measured)"
+
+
+class RealModelGiven(RealModel):
+    """RealModel's tracks on the model of ``$KVOFFLOAD_ASV_MODEL`` (skipped, n/a, without one)."""
+
+    params = [[Path(GIVEN_MODEL).name or "none"], CONNECTORS]
+    param_names = ["model", "connector"]
+
+    def setup_cache(self):
+        if not has_vllm() or not GIVEN_MODEL:
+            return None
+        return {connector: replay(connector, GIVEN_MODEL) for connector in CONNECTORS}
+
+    def setup(self, cache, model, connector):
+        if cache is None:
+            raise NotImplementedError("needs vLLM and a model ($KVOFFLOAD_ASV_MODEL, scripts/gpu-runner --model)")
+        self.metrics = cache[connector]
+
+    def track_seconds_per_output_token(self, cache, model, connector):
+        return RealModel.track_seconds_per_output_token(self, cache, connector)
+
+    track_seconds_per_output_token.unit = "s/token (measured)"
+
+    def track_ttft_ms_p50(self, cache, model, connector):
+        return self.metrics.get("ttft_ms_p50")
+
+    track_ttft_ms_p50.unit = "ms (measured)"
+
+    def track_ttft_ms_p99(self, cache, model, connector):
+        return self.metrics.get("ttft_ms_p99")
+
+    track_ttft_ms_p99.unit = "ms (measured)"
+
+    def track_tpot_ms_p50(self, cache, model, connector):
         return self.metrics.get("tpot_ms_p50")
 
     track_tpot_ms_p50.unit = "ms (measured)"

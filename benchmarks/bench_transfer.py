@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import sys
 import time
 
 import torch
@@ -140,6 +141,9 @@ def _seconds(fn) -> float:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:]:
+        print("usage: python benchmarks/bench_transfer.py  (no arguments)", file=sys.stderr)
+        sys.exit(2)
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     for device, direction in itertools.product(devices, ["store", "load"]):
         bench = TransferCopy()

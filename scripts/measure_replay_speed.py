@@ -22,6 +22,10 @@ import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from script_args import StrictParser, positive_int  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -49,12 +53,12 @@ def replay_once(tree: str, workload: str, settings: dict[str, str], timeout: flo
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = StrictParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", action="append", required=True, metavar="LABEL=PATH",
                         help="a reference/ folder to replay with (give two)")
     parser.add_argument("--workload", default="multi-turn")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings")
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--pairs", type=positive_int, default=3)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per replay")
     args = parser.parse_args(argv)
     trees = [item.partition("=")[::2] for item in args.tree]

@@ -23,7 +23,6 @@ drawn next to it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -33,6 +32,9 @@ import tempfile
 import time
 from itertools import islice
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from script_args import StrictParser  # noqa: E402
 
 from kvoffload.report.scaling import ScalingPoint, draw_scaling
 
@@ -121,7 +123,7 @@ def main() -> None:
         return child_replay(*sys.argv[2:5])
     if sys.argv[1:2] == ["--bound"]:
         return child_bound(*sys.argv[2:4])
-    parser = argparse.ArgumentParser()
+    parser = StrictParser()
     parser.add_argument("--trace", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--sizes", default="250,500,1000", help="request counts, or all")
     parser.add_argument("--scheduling", default="sync")

@@ -13,13 +13,15 @@ requests and ``blocks_per_chunk`` 1 (``benchmarks/bench_connector.py``), in the 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from script_args import StrictParser, positive_int  # noqa: E402
 
 import torch
 
@@ -71,10 +73,10 @@ def measure(handler_kind: str, direction: str, rounds: int, in_flight: int) -> t
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=31)
-    parser.add_argument("--in-flight", type=int, default=1,
+    parser = StrictParser()
+    parser.add_argument("--repeats", type=positive_int, default=3)
+    parser.add_argument("--rounds", type=positive_int, default=31)
+    parser.add_argument("--in-flight", type=positive_int, default=1,
                         help="jobs submitted before waiting (the threaded handler's throughput, not its latency)")
     parser.add_argument("--connector-meta", action="store_true")
     args = parser.parse_args()

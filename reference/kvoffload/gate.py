@@ -13,10 +13,17 @@ compares each run's metrics with ``results/gate/baseline.json``:
   ``--strict``. On another machine they are listed, not compared.
 - a number of either kind that only one side has (a metric added to or removed from the
   glossary) is "new" or "missing" and fails on any machine.
+- the counted number (``gate_counts``: build_connector_meta's instructions under callgrind) is
+  compared on the baseline's machine and count environment only, and fails 3 % above it.
 
 Each row also says which way the number went (better, worse, info), read from the glossary's
 direction (``metrics.judge``); the table is written as text, json, csv or markdown. A failure
-prints the exact command that regenerates the baseline (its machine name and repeats).
+prints, per moved run, the ``kvoffload run`` command that replays it, the fix flag whose ablation
+signature the reference's moves match ("looks like `final_token_watermark` off",
+``gate_signatures``), and the exact command that regenerates the baseline (its machine name and
+repeats). ``--update`` refuses a baseline that would bless a must-be-0 number above 0 (or one that
+got worse) unless given ``--override-reason``, recorded in the baseline (``gate_signatures``); the
+baseline file itself is ``gate_baseline``'s.
 
 Exit codes: 0 pass, 1 a deterministic metric moved, appeared or disappeared (or a measured one
 with --strict), 2 bad input (no baseline, a malformed one, unknown ref): found before any replay.
@@ -24,28 +31,28 @@ with --strict), 2 bad input (no baseline, a malformed one, unknown ref): found b
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
 import shlex
 import statistics
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from kvoffload import gate_counts
 from kvoffload.core.fixes import PRESETS
 from kvoffload.choice import ConnectorChoice
+from kvoffload.cli.bench import ablation
+from kvoffload.gate_baseline import BASELINE, SCHEMA, number as _number, read_baseline, write_baseline
+from kvoffload.gate_signatures import MUST_BE_ZERO, collect_signatures, looks_like, poisoned_cells, replay_command
 from kvoffload.metrics import GLOSSARY, MEASURED_METRICS as MEASURED, judge, same_value
-from kvoffload.results import ResultError, git_commit, write_atomic
+from kvoffload.results import ResultError, git_commit
 from kvoffload.runner import replay_workload
 from kvoffload.tables import render
 from kvoffload.workloads import load_workload
 from kvoffload.workloads.bundled import BUNDLED_WORKLOADS, small
 
-SCHEMA = "kvoffload-bench/gate-baseline/v1"
-BASELINE = Path("results/gate/baseline.json")
 WORKLOADS = tuple(small(name) for name in BUNDLED_WORKLOADS)  # kvoffload.workloads.bundled
 CONNECTORS: tuple[str | None, ...] = (None, *PRESETS)  # the reference, then every preset
 
@@ -106,9 +113,18 @@ def collect(repeats: int = 1) -> dict:
     return {"deterministic": deterministic, "measured": measured}
 
 
-def baseline_document(collected: dict, machine: str, commit: str | None, repeats: int = 1) -> dict:
+def ablation_metrics(workload: str, flag: str) -> dict[str, float | None]:
+    """The reference's deterministic metrics on gate workload ``workload`` with fix ``flag`` off, as
+    the bench ablates it (``cli.bench.ablation``: after the fix that hides it, if any)."""
+    metrics = replay_workload(load_workload(workload), ConnectorChoice.build(None, ablation(flag))).result["metrics"]
+    return {metric: _number(metrics.get(metric)) for metric in DETERMINISTIC}
+
+
+def baseline_document(collected: dict, machine: str, commit: str | None, repeats: int = 1,
+                      signatures: dict | None = None, override: dict | None = None,
+                      counted: dict | None = None) -> dict:
     """The baseline file's content: sorted, one number per line once dumped (a reviewable diff)."""
-    return {
+    document = {
         "schema": SCHEMA,
         "commit": commit,
         "machine": machine,
@@ -119,111 +135,14 @@ def baseline_document(collected: dict, machine: str, commit: str | None, repeats
         "measured": {key: {"median": statistics.median(values), "min": min(values), "max": max(values),
                            "repeats": len(values)}
                      for key, values in sorted(collected["measured"].items())},
+        "signatures": dict(sorted((signatures or {}).items())),
     }
-
-
-def write_baseline(path: Path, document: dict) -> None:
-    write_atomic(path, document)
-
-
-def read_baseline(spec: str | None, root: Path) -> tuple[dict, str]:
-    """The baseline named by ``spec``: a file, or a git ref whose committed baseline is read.
-
-    Returns (document, where it came from), its whole body checked (``check_baseline``). Raises
-    ResultError (exit 2) when there is none or it is malformed: all before any replay.
-    """
-    path = Path(spec) if spec else root / BASELINE
-    if os.path.lexists(path) and not path.is_file():  # a FIFO would block the read forever
-        kind = "a directory" if path.is_dir() else "a FIFO" if path.is_fifo() else "not a regular file"
-        raise ResultError(f"{'--baseline ' if spec else ''}{path}: {kind}; expected a gate baseline file"
-                          f"{' or a git ref' if spec else ''}")
-    if spec is None or path.is_file():
-        try:
-            text, origin = path.read_text(), str(path)
-        except FileNotFoundError:
-            raise ResultError(f"{path}: no gate baseline (write one with: kvoffload gate --update)") from None
-        except OSError as error:
-            raise ResultError(f"{path}: cannot read ({error.strerror})") from None
-        except UnicodeDecodeError as error:
-            raise ResultError(f"{path}: expected UTF-8 JSON text (a gate baseline), got undecodable bytes at "
-                              f"byte {error.start}") from None
-    else:
-        text, origin = _committed_baseline(spec, root), f"{spec}:{BASELINE}"
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise ResultError(f"{origin}: not JSON ({error})") from None
-    except RecursionError:
-        raise ResultError(f"{origin}: not a gate baseline (JSON nested too deeply)") from None
-    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise ResultError(f"{origin}: not a gate baseline (schema {SCHEMA!r} expected)")
-    check_baseline(document, origin)
-    return document, origin
-
-
-def _committed_baseline(ref: str, root: Path) -> str:
-    """The baseline committed at git ref ``ref``. The user's string reaches git only as a revision
-    after ``--end-of-options`` (``--output=X`` would otherwise be an option that writes a file), and
-    the file is then read from the commit id git resolved, never from the user's string."""
-    unknown = ResultError(f"--baseline {ref}: neither a file nor a git ref with {BASELINE}")
-    if not ref or ref.startswith("-"):
-        raise unknown
-    try:
-        resolved = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", "--end-of-options",
-                                   f"{ref}^{{commit}}"], capture_output=True, text=True, timeout=30)
-        commit = resolved.stdout.strip()
-        if resolved.returncode != 0 or not commit or not all(c in "0123456789abcdef" for c in commit):
-            raise unknown
-        shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{BASELINE.as_posix()}"],
-                               capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        raise unknown from None
-    if shown.returncode != 0:
-        raise unknown
-    return shown.stdout
-
-
-def check_baseline(document: dict, origin: str) -> None:
-    """Every field the comparison reads has the type it needs (ResultError naming the first that
-    does not): a malformed body is bad input found before the replays, not a traceback after."""
-    def fail(where: str, expected: str, got) -> None:
-        raise ResultError(f"{origin}: not a gate baseline ({where}: expected {expected}, got {_brief(got)})")
-
-    for name in ("commit", "machine"):
-        if document.get(name) is not None and not isinstance(document[name], str):
-            fail(name, "a string", document[name])
-    repeats = document.get("repeats", 1)
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        fail("repeats", "a positive integer", repeats)
-    for section in ("deterministic", "measured"):
-        if not isinstance(document.get(section), dict):
-            fail(section, "an object", document.get(section))
-    for key, value in document["deterministic"].items():
-        if key.count("/") < 2:
-            fail(f"deterministic key {key!r}", "workload/connector/metric", key)
-        if value is not None and _finite(value) is None:
-            fail(f"deterministic.{key}", "a number or null", value)
-    for key, entry in document["measured"].items():
-        if key.count("/") < 2:
-            fail(f"measured key {key!r}", "workload/connector/metric", key)
-        if not isinstance(entry, dict):
-            fail(f"measured.{key}", "an object with median, min, max", entry)
-        for field in ("median", "min", "max"):
-            if _finite(entry.get(field)) is None:
-                fail(f"measured.{key}.{field}", "a finite number", entry.get(field))
-
-
-def _finite(value) -> float | None:
-    try:
-        number = _number(value)
-    except OverflowError:  # an integer beyond a float's range
-        return None
-    return number if number is not None and math.isfinite(number) else None
-
-
-def _brief(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    if counted:  # instructions under callgrind (gate_counts), with what else they depend on
+        document["counted"] = dict(sorted(counted.items()))
+        document["count_environment"] = gate_counts.environment()
+    if override:
+        document["override"] = override
+    return document
 
 
 def compare(baseline: dict, collected: dict, machine: str) -> list[Row]:
@@ -267,22 +186,27 @@ def allowed_factor(entry: dict) -> float:
 
 
 def failures(rows: Iterable[Row], strict: bool) -> list[Row]:
-    bad = {"moved", "new", "missing"} | ({"slower"} if strict else set())
+    bad = {"moved", "new", "missing", "costlier"} | ({"slower"} if strict else set())
     return [row for row in rows if row.verdict in bad]
 
 
 TABLE_HEADER = ("run", "metric", "baseline", "now", "change", "verdict", "direction")
+# json, csv and markdown carry each row's replay command in a column; text lists them under the
+# table, one line per run, so the table stays as wide as a terminal
+REPLAY_HEADER = (*TABLE_HEADER, "replay")
 
 
-def table_rows(rows: Iterable[Row]) -> tuple[list[tuple], list[tuple]]:
-    """The rows as values (json, csv) and as shown (text, markdown), in TABLE_HEADER's columns."""
+def table_rows(rows: Iterable[Row], replay: bool = False) -> tuple[list[tuple], list[tuple]]:
+    """The rows as values (json, csv) and as shown (text, markdown), in TABLE_HEADER's columns
+    (REPLAY_HEADER's with ``replay``)."""
     values, shown = [], []
     for row in rows:
         change = row.now - row.baseline if row.now is not None and row.baseline is not None else None
         verdict = row.verdict + (f" (allowed {row.allowed})" if row.allowed else "")
-        values.append((row.run, row.metric, row.baseline, row.now, change, row.verdict, row.direction))
+        command = (replay_command(row.run),) if replay else ()
+        values.append((row.run, row.metric, row.baseline, row.now, change, row.verdict, row.direction, *command))
         shown.append((row.run, row.metric, _show(row.baseline), _show(row.now), _change(row.baseline, row.now),
-                      verdict, row.direction))
+                      verdict, row.direction, *command))
     return values, shown
 
 
@@ -305,12 +229,6 @@ def update_command(document: dict, spec: str | None, root: Path) -> str:
     return shlex.join(command)
 
 
-def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def _show(value: float | None) -> str:
     if value is None:
         return "n/a"
@@ -327,42 +245,61 @@ def _change(before: float | None, now: float | None) -> str:
 
 
 def run_gate(*, baseline: str | None, update: bool, strict: bool, machine: str | None, repeats: int,
-             root: Path = Path("."), echo: Callable[[str], None] = print, fmt: str = "text") -> int:
+             root: Path = Path("."), echo: Callable[[str], None] = print, fmt: str = "text",
+             override_reason: str | None = None) -> int:
     """``kvoffload gate``: compare (or, with ``update``, rewrite) the baseline; return the exit code.
     The command line has checked the paths (an --update target that is a FIFO or a folder)."""
     if repeats < 1:
         raise ResultError(f"--repeats must be at least 1, got {repeats}")
     machine = machine_name(machine)
-    if not update:
-        document, origin = read_baseline(baseline, root)  # bad input fails before any replay
-    collected = collect(repeats)
     if update:
-        path = Path(baseline) if baseline else root / BASELINE
-        write_baseline(path, baseline_document(collected, machine, git_commit(root), repeats))
-        echo(f"gate baseline written: {path} ({len(collected['deterministic'])} deterministic numbers, "
-             f"measured on {machine}); review it with: git diff {path}")
-        return 0
+        return _update(Path(baseline) if baseline else root / BASELINE, machine, repeats, root, echo,
+                       override_reason)
+    document, origin = read_baseline(baseline, root)  # bad input fails before any replay
+    collected = collect(repeats)
     rows = compare(document, collected, machine)
+    counted = gate_counts.collect() if gate_counts.comparable(document, machine) else {}
+    rows += [Row(*row) for row in gate_counts.verdicts(document, counted, machine)]
     bad = failures(rows, strict)
     command = update_command(document, baseline, root)
-    status = (f"kvoffload gate: FAIL ({len(bad)} numbers). If the change is intended, regenerate the baseline "
-              f"with `{command}` and commit it with the change." if bad else "kvoffload gate: pass")
+    matches = looks_like(document, collected["deterministic"], WORKLOADS)
+    worse = [row for row in bad if row.metric in MUST_BE_ZERO and row.direction == "worse"]
+    if worse:  # --update would refuse these: say so rather than offer it as the remedy
+        status = (f"kvoffload gate: FAIL ({len(bad)} numbers; {len(worse)} must-be-0 numbers got worse: a "
+                  f"regression, which `{command}` refuses to bless; fix the code, or give --override-reason "
+                  "TEXT for a reviewed exception).")
+    elif bad:
+        status = (f"kvoffload gate: FAIL ({len(bad)} numbers). If the change is intended, regenerate the baseline "
+                  f"with `{command}` and commit it with the change.")
+    else:
+        status = "kvoffload gate: pass"
     head = (f"baseline: {origin} (commit {document.get('commit')}, machine {document.get('machine')}); "
             f"this machine: {machine}")
+    if document.get("override"):
+        head += f"; the baseline blessed must-be-0 numbers on purpose: {document['override']['reason']}"
+    hints = [match.sentence(WORKLOADS) for match in matches] if bad else []
     if fmt != "text":
-        values, shown = table_rows(rows)
-        echo(render(fmt, TABLE_HEADER, values, shown, right=(2, 3, 4), notes=[head, status],
+        values, shown = table_rows(rows, replay=True)
+        echo(render(fmt, REPLAY_HEADER, values, shown, right=(2, 3, 4), notes=[head, *hints, status],
                     meta={"baseline": origin, "baseline_commit": document.get("commit"),
                           "baseline_machine": document.get("machine"), "machine": machine,
-                          "passed": not bad, "failures": len(bad), "update_command": command}))
+                          "passed": not bad, "failures": len(bad), "update_command": command,
+                          "looks_like": [{"flag": m.flag, "identical": m.identical} for m in matches]}))
         return 1 if bad else 0
     moved = [row for row in rows if row.verdict in ("moved", "new", "missing")]
-    measured = [row for row in rows if row.verdict in ("ok", "slower", "not compared")]
+    counted_rows = [row for row in rows if row.metric == gate_counts.COUNTED_METRIC]
+    measured = [row for row in rows if row.verdict in ("ok", "slower", "not compared") and row not in counted_rows]
     echo(head)
     echo(f"deterministic: {len(collected['deterministic'])} numbers over {len(WORKLOADS)} workloads x "
          f"{len(CONNECTORS)} connectors; {len(moved)} moved, new or missing")
     if moved:
         echo(format_table(moved))
+        echo("\nreplay each moved run (kvoffload compare its result with the same run of the baseline's commit):")
+        for run in dict.fromkeys(row.run for row in moved):
+            cells = ", ".join(row.metric for row in moved if row.run == run)
+            echo(f"  {run} ({cells}): {replay_command(run)}")
+    for hint in hints:
+        echo("\n" + hint)
     compared = [row for row in measured if row.verdict != "not compared"]
     echo("")
     if compared:
@@ -372,5 +309,44 @@ def run_gate(*, baseline: str | None, update: bool, strict: bool, machine: str |
         echo(format_table(slower or compared))
     else:
         echo(f"measured: not compared (baseline from machine {document.get('machine')!r}, this is {machine!r})")
+    if counted_rows:
+        costlier = [row for row in counted_rows if row.verdict == "costlier"]
+        echo(f"\ncounted (instructions under callgrind, load-independent; fails beyond "
+             f"+{gate_counts.COUNT_BOUND:.0%}): {len(costlier)} of {len(counted_rows)} costlier")
+        echo(format_table(counted_rows))
     echo("\n" + status)
     return 1 if bad else 0
+
+
+def _update(path: Path, machine: str, repeats: int, root: Path, echo: Callable[[str], None],
+            override_reason: str | None) -> int:
+    """``--update``: replay, compute the fix flags' signatures, and write the baseline unless it would
+    bless must-be-0 numbers (``gate_signatures.poisoned_cells``): exit 1 then, nothing written, each
+    number named, unless ``override_reason`` is given (recorded in the baseline with the numbers)."""
+    try:  # the baseline being replaced, if it reads: a must-be-0 number may not get worse than there
+        previous, _ = read_baseline(str(path), root) if path.is_file() else (None, None)
+    except ResultError:
+        previous = None
+    collected = collect(repeats)
+    signatures = collect_signatures(WORKLOADS, collected["deterministic"], ablation_metrics)
+    cells = poisoned_cells(collected["deterministic"], signatures, previous)
+    if cells and not override_reason:
+        echo(f"kvoffload gate --update: refused; {len(cells)} must-be-0 numbers a baseline may not bless "
+             f"(nothing written to {path}):")
+        for cell in cells:
+            echo(f"  {cell.line()}")
+            echo(f"    replay: {replay_command(cell.key.rsplit('/', 1)[0])}")
+        echo("Fix the code; for a reviewed exception, add --override-reason TEXT (recorded in the baseline).")
+        return 1
+    override = {"reason": override_reason, "cells": [cell.line() for cell in cells]} if cells else None
+    counted = gate_counts.collect()
+    write_baseline(path, baseline_document(collected, machine, git_commit(root), repeats, signatures, override,
+                                           counted))
+    echo(f"gate baseline written: {path} ({len(collected['deterministic'])} deterministic numbers, "
+         f"measured on {machine}); review it with: git diff {path}")
+    if cells:
+        echo(f"  with {len(cells)} must-be-0 numbers blessed on purpose ({override_reason}): "
+             + "; ".join(cell.line() for cell in cells))
+    elif override_reason:
+        echo("  --override-reason: nothing needed overriding; not recorded")
+    return 0

@@ -13,7 +13,6 @@ never as killed. Runs on demand (the fix-flag part runs in CI as tests/gates/tes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -27,8 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "reference"))
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mutants import MUTANTS, Mutant  # noqa: E402
+from script_args import StrictParser  # noqa: E402
 
 # Fast, sharp tests first: with -x a mutant is usually killed within the first directory.
 TESTS = ["tests/gates", "tests/metrics", "tests/core", "tests/worker", "tests/engine", "tests/fuzz"]
@@ -82,7 +83,7 @@ def run_tests(tree: Path, timeout: int) -> tuple[str, str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="scripts/mutation", description=__doc__.splitlines()[0])
+    parser = StrictParser(prog="scripts/mutation", description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], metavar="TEXT",
                         help="run the mutants whose name contains this text (repeatable: any of them)")
     parser.add_argument("--jobs", type=int, default=1)

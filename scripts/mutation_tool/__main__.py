@@ -12,14 +12,12 @@ per-mutant test selection without a plugin; every mutant runs in a fresh interpr
 suite's alarm-based hang bound and torch's threads behave as in CI; its session database lets a
 sample be taken by marking the rest skipped, and an interrupted run resumes.
 
-Work lives in ``.mutation/`` (ignored by git): a snapshot of the tree (so the worktree stays
-editable while mutants are planted in the copy), one config and sqlite session per module, and
-each stage's verdicts. Runs at ``nice -n 10`` and one mutant at a time (a shared 2-core machine).
+Work lives in ``.mutation/`` (ignored): a snapshot of the tree to plant mutants in, a config and sqlite
+session per module, each stage's verdicts. ``nice -n 10``, one mutant at a time (a shared 2-core machine).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -32,11 +30,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from places import PACKAGE, ROOT, TREE, WORK, copy_tree  # noqa: E402
+from script_args import StrictParser  # noqa: E402
+from places import PACKAGE, RESULTS, ROOT, SET, TREE, WORK, copy_tree  # noqa: E402
 from sampling import annotation_spans, in_annotation, mark_sample  # noqa: E402
 from sessions import STAGES, items, key, session_name, survivors_after, verdicts  # noqa: E402
-from targets import MAIN_SUITE_IGNORES, TESTS_OF  # noqa: E402
+from targets import MAIN_SUITE_IGNORES, TESTS_OF, VLLM_MODULES  # noqa: E402
 
 FORKSERVER = Path(__file__).parent / "forkserver.py"
 SOCKET = WORK / "fork.sock"
@@ -52,10 +52,14 @@ def env() -> dict[str, str]:
                 KVOFFLOAD_FUZZ="ci", KVOFFLOAD_FUZZ_SEED="0", PYTHONDONTWRITEBYTECODE="1")
 
 
-def pytest_command(tests: tuple[str, ...]) -> list[str]:
-    """pytest in the snapshot, through the fork server when it runs (``forkserver.py``)."""
-    return [PYTHON, str(FORKSERVER), "run", str(SOCKET), "--", "-x", "-q", "-p", "no:cacheprovider", "--no-header",
-            *tests, *(f"--deselect={test}" for test in deselected())]
+def pytest_command(tests: tuple[str, ...], module: str = "") -> list[str]:
+    """pytest in the snapshot, through the fork server when it runs (``forkserver.py``); a module
+    of VLLM_MODULES in the vLLM venv, as CI's vLLM stage runs (one hash seed), without it."""
+    options = ["-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests,
+               *(f"--deselect={test}" for test in deselected())]
+    if module in VLLM_MODULES:
+        return ["env", "PYTHONHASHSEED=0", VLLM_PYTHON, "-m", "pytest", *options]
+    return [PYTHON, str(FORKSERVER), "run", str(SOCKET), "--", *options]
 
 
 @contextlib.contextmanager
@@ -77,7 +81,7 @@ def fork_server():
 
 def write_config(module: str, timeout: float) -> Path:
     config = WORK / f"{session_name(module)}.toml"
-    command = shlex.join(pytest_command(TESTS_OF[module]))
+    command = shlex.join(pytest_command(TESTS_OF[module], module))
     config.write_text(f'[cosmic-ray]\nmodule-path = "{PACKAGE}{module}"\ntimeout = {timeout:.0f}\n'
                       f'excluded-modules = []\ntest-command = {json.dumps(command)}\n\n'
                       '[cosmic-ray.distributor]\nname = "local"\n')
@@ -144,16 +148,24 @@ def cmd_baseline(args) -> int:
     meta["overlay"] = refresh_tests()
     meta["deselect"] = []
     (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
-    union = tuple(dict.fromkeys(path for selection in TESTS_OF.values() for path in selection))
-    started = time.perf_counter()
-    command = [c for c in pytest_command(union) if c != "-x"] + ["-rf"]
-    done = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
-    took = time.perf_counter() - started
-    failed = [line.split(" - ")[0][len("FAILED "):] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
-    print(f"exit {done.returncode} in {took:.0f} s; failing unmutated: {failed}", flush=True)
-    if done.returncode not in (0, 1) or (done.returncode == 1 and not failed):
-        print(done.stdout[-3000:], file=sys.stderr)
-        return 1
+    failed, took = [], 0.0
+    for in_vllm in (False, True):  # each venv's selections once, unmutated
+        union = tuple(dict.fromkeys(path for module, selection in TESTS_OF.items()
+                                    if (module in VLLM_MODULES) == in_vllm for path in selection))
+        if not union:
+            continue
+        started = time.perf_counter()
+        command = [c for c in pytest_command(union, next(iter(VLLM_MODULES)) if in_vllm else "") if c != "-x"] + ["-rf"]
+        done = subprocess.run(["nice", "-n", "10", *command], cwd=TREE, env=env(), capture_output=True, text=True)
+        took = max(took, time.perf_counter() - started)
+        failing = [line.split(" - ")[0][len("FAILED "):] for line in done.stdout.splitlines()
+                   if line.startswith("FAILED ")]
+        print(f"{'vLLM venv' if in_vllm else 'main venv'}: exit {done.returncode} in {time.perf_counter() - started:.0f}"
+              f" s; failing unmutated: {failing}", flush=True)
+        if done.returncode not in (0, 1) or (done.returncode == 1 and not failing):
+            print(done.stdout[-3000:], file=sys.stderr)
+            return 1
+        failed += failing
     meta["deselect"] = failed
     meta["baseline_s"] = round(took)
     (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -348,18 +360,19 @@ def _stage(args) -> int:
 
 def cmd_report(args) -> int:
     from fates import FATES
-    from summary import write_report
+    from summary import FIRST_SCOPE, WHOLE_SCOPE, write_report
 
     meta = json.loads((WORK / "meta.json").read_text())
     every = [r for module in TESTS_OF for r in items(module)]
-    lines = write_report(meta, every, key, verdicts(), FATES, STAGES, ROOT / "results" / "mutation" / "tool")
+    lines = write_report(meta, every, key, verdicts(), FATES, STAGES, RESULTS,
+                         WHOLE_SCOPE if SET == "whole" else FIRST_SCOPE)
     print(lines[2], "\n", "\n".join(lines[4:14]))
     return 0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="scripts/mutation_tool", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = StrictParser(prog="scripts/mutation_tool", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=StrictParser)
     prepare = sub.add_parser("prepare")
     prepare.add_argument("--sample", type=int, default=330)
     resample = sub.add_parser("resample")
@@ -380,8 +393,7 @@ def main() -> int:
                        help="main, gate, vllm: also the survivors a probe or a new test has resolved")
     sub.add_parser("report")
     args = parser.parse_args()
-    return {"prepare": cmd_prepare, "resample": cmd_resample, "baseline": cmd_baseline, "recheck": cmd_recheck, "exec": cmd_exec, "stage": cmd_stage,
-            "report": cmd_report}[args.command](args)
+    return globals()[f"cmd_{args.command}"](args)
 
 
 if __name__ == "__main__":

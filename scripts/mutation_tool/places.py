@@ -1,14 +1,23 @@
-"""Where the tool works: the repository, its work folder ``.mutation/`` (ignored by git) and the
-snapshot of the tree inside it that mutants are planted in."""
+"""Where the tool works: the repository, its work folder ``.mutation/`` (ignored by git), the
+snapshot of the tree inside it that mutants are planted in, and where its report goes.
+
+``KVOFFLOAD_MUTATION_SET=whole`` selects the run over the rest of the package (issue 29,
+``targets_whole.py``): its own work folder ``.mutation-whole/`` and report
+``results/mutation/tool/whole/``, beside the first run's."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-WORK = ROOT / ".mutation"
+SET = os.environ.get("KVOFFLOAD_MUTATION_SET", "first")
+if SET not in ("first", "whole"):
+    raise SystemExit(f"KVOFFLOAD_MUTATION_SET={SET}: expected first or whole")
+WORK = ROOT / (".mutation" if SET == "first" else ".mutation-whole")
+RESULTS = ROOT / "results" / "mutation" / "tool" / ("" if SET == "first" else "whole")
 TREE = WORK / "tree"
 PACKAGE = "reference/kvoffload/"
 

@@ -198,6 +198,10 @@ PROBES = [one_key_index, store_filter_or, enum_identity, aligned_hits,
           unset_abort_time, held_set_rebuilt, joins_without_placeholders, distinct_hashes,
           no_hash_of_minus_one]
 
+from probes_whole import PROBES_WHOLE  # noqa: E402  (the run over the rest of the package)
+
+PROBES += PROBES_WHOLE
+
 if __name__ == "__main__":
     for probe in PROBES:
         probe()

@@ -8,10 +8,15 @@ import json
 from pathlib import Path
 
 
+FIRST_SCOPE = "core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py"
+WHOLE_SCOPE = ("every other module of the package (scripts/mutation_tool/targets_whole.py: cli/, report/, "
+               "workloads/, vllm/ and gates/ in the vLLM venv, the rest of worker/, the top-level modules)")
+
+
 def write_report(meta: dict, every: list[dict], key, done: dict, fates: dict, stages: tuple[str, ...],
-                 out: Path) -> list[str]:
+                 out: Path, scope: str = FIRST_SCOPE) -> list[str]:
     """Write the report of the rows ``every`` (each module's session rows; ``key(row)`` names a
-    mutant) into ``out``; returns its lines."""
+    mutant; ``scope`` says which modules they are) into ``out``; returns its lines."""
     rows = [r for r in every if r["result"] and r["result"]["worker_outcome"] != "skipped"]
     pending = [r for r in every if not r["result"]]
     table, counts = [], {"selected tests": 0, "main": 0, "gate": 0, "vllm": 0, "new test": 0, "equivalent": 0,
@@ -41,7 +46,7 @@ def write_report(meta: dict, every: list[dict], key, done: dict, fates: dict, st
     beyond = f", and {extra} more of a larger one, run before it was cut" if extra > 0 else ""
     lines = ["# Mutation run by a tool (cosmic-ray)", "",
              f"Commit {meta['commit'][:12]}: cosmic-ray generated {meta['generated']} mutants at {meta['sites']} "
-             f"sites in core/, engine/, metrics.py, gate.py, worker/connector.py and worker/copy.py; "
+             f"sites in {scope}; "
              f"a deterministic sample of {meta['sampled']} (the first of one order, docs/mutation.md)"
              f"{beyond}: "
              f"{len(rows)} run, {len(pending)} not yet run. "

@@ -319,6 +319,10 @@ CASES = [
     Case("compare a result whose connector.disabled is a string", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
          "a.json: key connector.disabled: expected a list of fix names, got 'all'",
          result_file(raw=lambda text: text.replace('"disabled": []', '"disabled": "all"', 1))),
+    Case("compare a result whose connector.label is a number", ("compare", "{tmp}/a.json", "{tmp}/a.json"),
+         "a.json: key connector.label: expected a string, got 5",
+         result_file(raw=lambda text: json.dumps({**json.loads(text),
+                                                  "connector": {**json.loads(text)["connector"], "label": 5}}))),
     Case("report: the only result's provenance is a string (AttributeError)", REPORT,
          "src: no readable result files (1 ignored; the first: {tmp}/src/a.json: key provenance: expected an object "
          "or null, got 'by hand')", result_file("src/a.json", provenance="by hand")),

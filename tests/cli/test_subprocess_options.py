@@ -78,9 +78,10 @@ def option_injections(tree: ast.AST, where: str) -> list[str]:
 
 def test_no_computed_string_reaches_a_subprocess_as_an_option():
     """Issue 22: ``gate --baseline=--output=X`` reached git as an option. Every subprocess call of
-    the package passes an argv list whose computed elements cannot be read as options (gate.py
-    aside: its git calls are checked by the gate's own tests)."""
-    sources = [path for path in sorted((REPO / "reference" / "kvoffload").rglob("*.py")) if path.name != "gate.py"]
+    the package passes an argv list whose computed elements cannot be read as options (the gate's
+    git calls, in gate_baseline.py, aside: the gate's own tests check them)."""
+    sources = [path for path in sorted((REPO / "reference" / "kvoffload").rglob("*.py"))
+               if path.name not in ("gate.py", "gate_baseline.py")]  # the gate's git calls live in gate_baseline.py
     found = [place for path in sources
              for place in option_injections(ast.parse(path.read_text()), str(path.relative_to(REPO)))]
     assert found == []

@@ -194,12 +194,13 @@ def test_the_gate_writes_each_format(monkeypatch, capsys, tmp_path, fmt):
         assert document["passed"] is False
         assert document["update_command"] == f"kvoffload gate --update --machine box --repeats 1 --baseline {path}"
         assert document["rows"] == [{"run": "w/reference", "metric": "poisoned_loads", "baseline": 0.0, "now": 2.0,
-                                     "change": 2.0, "verdict": "moved", "direction": "worse"}]
+                                     "change": 2.0, "verdict": "moved", "direction": "worse",
+                                     "replay": "kvoffload run --workload w"}]
     elif fmt == "csv":
-        assert out.splitlines() == ["run,metric,baseline,now,change,verdict,direction",
-                                    "w/reference,poisoned_loads,0.0,2.0,2.0,moved,worse"]
+        assert out.splitlines() == ["run,metric,baseline,now,change,verdict,direction,replay",
+                                    "w/reference,poisoned_loads,0.0,2.0,2.0,moved,worse,kvoffload run --workload w"]
     else:
-        assert "| w/reference | poisoned_loads | 0 | 2 | +2 | moved | worse |" in out
+        assert "| w/reference | poisoned_loads | 0 | 2 | +2 | moved | worse | kvoffload run --workload w |" in out
         assert "kvoffload gate: FAIL" in out
 
 

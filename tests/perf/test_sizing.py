@@ -82,7 +82,9 @@ def test_a_synthetic_workload_is_rejected_while_generated_and_auto_sizes_it_afte
     assert workload.engine.gpu_blocks == -(-longest // workload.engine.block_size) + 1 > 8
 
 
-@pytest.mark.parametrize("size, num_bytes", [("1GiB", 2**30), ("3.5 GB", 3_500_000_000), ("64MiB", 2**26)])
+# the largest binary unit at a size this machine holds: 2**-10 TiB is 1 GiB
+@pytest.mark.parametrize("size, num_bytes", [("1GiB", 2**30), ("3.5 GB", 3_500_000_000), ("64MiB", 2**26),
+                                             ("0.0009765625 TiB", 2**30)])
 def test_cpu_chunks_in_bytes_hold_that_much_kv_at_the_profiles_width(size, num_bytes):
     workload = load_workload("multi-turn-small", {"cpu_chunks": size})
     engine = workload.engine

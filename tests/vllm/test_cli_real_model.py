@@ -31,7 +31,7 @@ def test_a_model_path_without_a_config_is_refused_before_the_engine_starts(capsy
     code = main(["run", "--engine", "vllm", "--model", str(tmp_path), "--workload", "shared-prefix-small",
                  "--quiet", "--out", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
-    assert code == 2 and "not a model directory (no config.json)" in err
+    assert code == 2 and "no config.json there (a local model directory)" in err
     assert not (tmp_path / "r.json").exists()
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +59,16 @@ class TestCatalogue:
         workload = load_workload(name)
         assert workload.name == name and workload.source == name
         assert len({spec.req_id for spec in workload.requests}) == len(workload.requests)
+
+    def test_shared_prefix_ids_are_padded_to_the_widest_index_they_hold(self, tmp_path):
+        """Ten questions per group are numbered q0..q9: one digit, the width of the last index (9),
+        not of the count (10), so ids sort as they read and stay short."""
+        bundled = Path(__file__).resolve().parents[2] / "workloads" / "shared-prefix-small.toml"
+        text = bundled.read_text().replace("prompts_per_group = 8", "prompts_per_group = 10")
+        definition = tmp_path / "ten-per-group.toml"
+        definition.write_text(text.replace('name = "shared-prefix-small"', 'name = "ten-per-group"'))
+        ids = {spec.req_id for spec in load_workload(str(definition)).requests}
+        assert ids == {f"g{group}-q{index}" for group in range(4) for index in range(10)}
 
     def test_small_sizes_are_small_and_full_sizes_fit_the_benchmark_budget(self):
         # -small: a sub-second engine replay; full: 3 workloads x 5 configurations in 5 minutes.

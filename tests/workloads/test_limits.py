@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.engine.config import EngineConfig
-from kvoffload.workloads.limits import Budget, json_depth_at_most, max_model_len
+from kvoffload.workloads.limits import Budget, check_engine, json_depth_at_most, max_model_len
 from kvoffload.workloads.schema import WorkloadError
 
 
@@ -76,3 +76,15 @@ def test_the_memory_check_counts_at_least_what_a_full_gpu_pool_holds_per_block()
     finally:
         tracemalloc.stop()
     assert 150 * blocks < traced <= POOL_BYTES_PER_BLOCK * blocks  # 150: the check measures a pool at all
+
+
+@pytest.mark.parametrize("spec_tokens, refused", [(158, False), (159, True)])
+def test_the_draft_limit_names_the_largest_count_that_is_taken(spec_tokens, refused):
+    """A request needs two token slots beside its drafts: 160 slots take 158 drafts, not 159."""
+    engine = EngineConfig(gpu_blocks=11, block_size=16, spec_tokens=spec_tokens)
+    if not refused:
+        check_engine(engine, "w.toml")
+        return
+    with pytest.raises(WorkloadError, match=r"^w.toml: spec_tokens: expected at most 158 \(the GPU pool's 160 "
+                                            r"token slots less a request's two\), got 159$"):
+        check_engine(engine, "w.toml")

@@ -24,6 +24,9 @@ def register(sub) -> None:
                       help="this machine's name for measured numbers (default $KVOFFLOAD_MACHINE, else the host name)")
     gate.add_argument("--repeats", action=Once, type=int, default=1,
                       help="replays per run (the committed baseline uses 3 to measure the spread)")
+    gate.add_argument("--override-reason", action=Once, metavar="TEXT",
+                      help="with --update: write the baseline even where it blesses must-be-0 numbers above 0 (or "
+                           "worse than before), recording TEXT and those numbers in it; a reviewed exception only")
     gate.add_argument("--format", action=Once, choices=FORMATS, default="text",
                       help="the comparison as text (default), json, csv (the rows only) or markdown; each row "
                            "labelled better / worse / info by the glossary's direction")
@@ -33,6 +36,11 @@ def register(sub) -> None:
 def _cmd_gate(args: argparse.Namespace) -> int:
     from kvoffload.gate import BASELINE, SCHEMA, run_gate
 
+    if args.override_reason is not None:
+        if not args.update:
+            raise UsageError("--override-reason applies to --update (it is recorded in the baseline it writes)")
+        if not args.override_reason.strip() or "\n" in args.override_reason:
+            raise UsageError("--override-reason needs a reason: one line of text saying why")
     if args.update:
         if args.format != "text":
             raise UsageError(f"--format {args.format} formats the comparison; --update compares nothing")
@@ -41,4 +49,4 @@ def _cmd_gate(args: argparse.Namespace) -> int:
         check_output_file("--baseline", Path(args.baseline) if args.baseline else BASELINE, create_parents=True,
                           kind=SCHEMA)
     return run_gate(baseline=args.baseline, update=args.update, strict=args.strict, machine=args.machine,
-                    repeats=args.repeats, fmt=args.format)
+                    repeats=args.repeats, fmt=args.format, override_reason=args.override_reason)

@@ -33,7 +33,6 @@ environment and asv result file.
 
 from __future__ import annotations
 
-import datetime
 import math
 import textwrap
 from collections import defaultdict
@@ -47,6 +46,9 @@ from matplotlib.figure import Figure
 
 from kvoffload.report.changes import Change
 from kvoffload.report.figures import REFERENCE_COLOR, REGRESSION, Chart, HoverBox, label_order, save_figure, slug
+from kvoffload.report import history_text as text
+from kvoffload.report.history_marks import kind_words, mark_moves, measured_axis, moves_of
+from kvoffload.report.kinds import DETERMINISTIC, track_kind
 from kvoffload.report.sources import AsvPoint, MainCommit
 
 _TAB20 = colormaps["tab20"].colors
@@ -99,7 +101,7 @@ class Axis:
         if main_line:
             return cls(tuple(main_line), True)
         seen = sorted({(p.date, p.commit) for p in points})
-        return cls(tuple(MainCommit(commit, _iso(date), "") for date, commit in seen), False)
+        return cls(tuple(MainCommit(commit, text.iso(date), "") for date, commit in seen), False)
 
     def position(self) -> dict[str, int]:
         return {c.commit: i for i, c in enumerate(self.commits)}
@@ -124,11 +126,6 @@ def coinciding(series: dict[str, dict[int, float]]) -> list[list[str]]:
         else:
             same_group.append(label)
     return [group for group in groups if len(group) > 1]
-
-
-def one_sample(points: Sequence[AsvPoint]) -> bool:
-    """True where no point has a spread measured: asv kept no statistics, or of one sample."""
-    return not any(p.spread is not None and p.samples > 1 for p in points)
 
 
 def always_zero(points: Sequence[AsvPoint]) -> list[str]:
@@ -164,9 +161,12 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
         fig.text(0.02, 0.5, f"asv history: {owner}: every benchmark was 0 on every recorded commit", fontsize=11)
         filename = f"asv-{slug(owner)}.png"
         save_figure(fig, out / filename, dpi=DPI)
-        return Chart(REGRESSION, owner, filename, _caption(names, zero, axis, recorded, [], {}, off_line),
-                     provenance=_provenance(group), table=_table(group, units))
-    machines = sorted({p.machine for p in group})
+        return Chart(REGRESSION, owner, filename, text.caption(names, zero, axis, recorded, [], {}, off_line),
+                     provenance=text.provenance(group), table=text.table(group, units))
+    hardware_of: dict[str, set[str]] = defaultdict(set)  # machine: the hardware its result files name
+    for p in group:
+        hardware_of[p.machine].add(p.hardware)
+    machines = sorted({machine_label(p, hardware_of) for p in group})
     envs = sorted({p.env for p in group})
     param_sets = _ordered_params({p.params for p in group})
     columns = max(1, min(PANEL_COLUMNS, len(names)))
@@ -177,24 +177,41 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     numbers = _numbered(changes, axis)
     marked: dict[Change, int] = {}  # the changes drawn on this figure, with their numbers
     overlaid: dict[str, list[list[str]]] = {}  # metric: groups of lines drawn over each other
+    moved_at: set[int] = set()  # commit slots where a deterministic track moved, on any panel
+    logged: list[str] = []  # measured panels drawn on a log scale
+    split: list[str] = []  # deterministic panels whose machines disagree at a commit: a line per machine
     for ax, name in zip(axes, names):
-        lines: dict[tuple, list[AsvPoint]] = defaultdict(list)
-        for p in group:
-            if p.benchmark == name:
-                lines[(p.machine, p.env, p.params)].append(p)
+        kind = panel_kind(name, units)
+        ours = [p for p in group if p.benchmark == name]
+        # A deterministic value belongs to the commit, not the machine: one line per connector from
+        # every machine's results, where every commit recorded on two machines agrees (else per machine).
+        pooled = kind == DETERMINISTIC and machines_agree(ours)
+        lines: dict[tuple, dict[str, AsvPoint]] = defaultdict(dict)
+        for p in ours:
+            lines[(ANY_MACHINE if pooled else machine_label(p, hardware_of), p.env, p.params)][p.commit] = p
+        if not pooled and kind == DETERMINISTIC:
+            split.append(name.rsplit(".", 1)[1].removeprefix("track_"))
+        lines = {key: list(by_commit.values()) for key, by_commit in lines.items()}
         factor, shown_unit = human_unit(units.get(name, ""), [p.value for line in lines.values() for p in line])
         series: dict[str, dict[int, float]] = {}
+        moves: dict[str, list] = {}  # label: its moves (deterministic panels), colors: label: its colour
+        colors: dict[str, str] = {}
         for (machine, env, params), line in sorted(lines.items(), key=lambda item: _is_reference(item[0][2])):
             line.sort(key=lambda p: position[p.commit])
             label = ", ".join(params) or name.rsplit(".", 1)[1]
-            if len(machines) > 1:
+            if len(machines) > 1 and machine != ANY_MACHINE:
                 label += f" @ {machine}"
             if len(envs) > 1:
                 label += f" [{env}]"
-            style = series_style(param_sets.index(params), machines.index(machine), _is_reference(params))
+            style = series_style(param_sets.index(params), machines.index(machine) if machine in machines else 0,
+                                 _is_reference(params))
             handle = _plot_line(ax, [position[p.commit] for p in line], line, factor, style, label)
             legend.setdefault(label, handle)
             series[label] = {position[p.commit]: p.value for p in line}
+            if kind == DETERMINISTIC:
+                moves[label] = moves_of([position[p.commit] for p in line], [p.value for p in line])
+                colors[label] = style["color"]
+        moved_at.update(mark_moves(ax, moves, colors, axis.commits, factor))
         metric = name.rsplit(".", 1)[1].removeprefix("track_")
         retired = "; no longer recorded" if units and name not in units else ""  # benchmarks.json lacks it
         same = [sorted(group, key=label_key) for group in coinciding(series)]
@@ -202,10 +219,15 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
             overlaid[metric] = same
         named = "".join("\n" + "\n".join(textwrap.wrap("same at every shared commit: " + " = ".join(group), 50))
                         for group in same)
-        ax.set_title(f"{metric}\n({shown_unit}, lower is better{retired}){named}", fontsize=9)
         values = [p.value * factor for line in lines.values() for p in line]
-        if values and min(values) >= 0:  # counts and rates start at 0; an all-zero panel is not +-0.04
+        scale = measured_axis(ax, kind, values)
+        if scale:
+            logged.append(metric)
+        elif values and min(values) >= 0:  # counts and rates start at 0; an all-zero panel is not +-0.04
             ax.set_ylim(bottom=0, top=None if max(values) > 0 else 1)
+        words = ", ".join(filter(None, [shown_unit, kind_words(kind) if kind != DETERMINISTIC else "", scale]))
+        about = "\n".join(textwrap.wrap(f"({words}, lower is better{retired})", 50))
+        ax.set_title(f"{metric}\n{about}{named}", fontsize=9)
         for change, number in numbers.items():
             at = axis.find(change.commit)
             if change.applies_to(metric):
@@ -228,14 +250,47 @@ def _draw_owner(owner: str, group: list[AsvPoint], units: dict[str, str], out: P
     filename = f"asv-{slug(owner)}.png"
     hover = _hover_boxes(fig, axes[:len(names)], axis, recorded)
     save_figure(fig, out / filename, dpi=DPI)
-    caption = _caption(names, zero, axis, recorded, machines, marked, off_line)
-    caption += _spread_sentence(group, names) + _overlaid_sentence(overlaid)
+    caption = text.caption(names, zero, axis, recorded, machines, marked, off_line)
+    caption += text.spread_sentence(group, names) + text.overlaid_sentence(overlaid)
+    caption += text.marks_sentence([axis.commits[at].commit for at in sorted(moved_at)], logged)
+    caption += text.machines_sentence(machines, split)
     gone = [name.rsplit(".", 1)[1].removeprefix("track_") for name in names if units and name not in units]
     if gone:  # a renamed or moved track: its points are history, nothing new joins them
         caption += (f" No longer in the suite (asv's benchmarks.json), so no newer point will join them: "
                     f"{', '.join(gone)}.")
     return Chart(REGRESSION, owner, filename, caption,
-                 provenance=_provenance(group), table=_table(group, units), hover=hover)
+                 provenance=text.provenance(group), table=text.table(group, units), hover=hover)
+
+
+ANY_MACHINE = ""  # the machine of a pooled deterministic line: every machine's results
+
+
+def panel_kind(name: str, units: dict[str, str]) -> str:
+    """The kind of a benchmark's numbers (``kinds.track_kind``); a track the suite no longer has
+    takes the unit of a current track of the same name (the Track* classes' single-sample
+    connector_us_per_step is the Measure* classes' wall time)."""
+    unit = units.get(name) or next((u for other, u in units.items()
+                                    if other.rsplit(".", 1)[-1] == name.rsplit(".", 1)[-1]), "")
+    return track_kind(unit)
+
+
+def machines_agree(points: Sequence[AsvPoint]) -> bool:
+    """Whether every (parameters, commit) recorded on more than one machine has one value."""
+    seen: dict[tuple, float] = {}
+    for p in points:
+        key = (p.env, p.params, p.commit)
+        if key in seen and not math.isclose(seen[key], p.value, rel_tol=1e-9, abs_tol=1e-12):
+            return False
+        seen.setdefault(key, p.value)
+    return True
+
+
+def machine_label(point: AsvPoint, hardware_of: dict[str, set[str]]) -> str:
+    """The machine a line belongs to: its name, and where the name's result files name more than one
+    hardware (a folder appended to from two machines), the hardware too: never two on one line."""
+    if len(hardware_of[point.machine]) < 2:
+        return point.machine
+    return f"{point.machine} [{point.hardware or 'hardware not recorded'}]"
 
 
 def _numbered(changes: Sequence[Change], axis: Axis) -> dict[Change, int]:
@@ -278,7 +333,8 @@ def _commit_axis(ax, axis: Axis, recorded: set[str]) -> None:
     if missing:
         ax.plot(missing, [0.0] * len(missing), linestyle="none", marker="|", markersize=6, color=GAP_COLOR,
                 transform=ax.get_xaxis_transform(), clip_on=False, zorder=1)
-    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    if ax.get_yscale() == "linear":  # a log-scaled measured panel keeps its powers of ten
+        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
     ax.tick_params(axis="y", labelsize=8)
     ax.grid(alpha=0.3)
 
@@ -307,55 +363,6 @@ def _hover_boxes(fig: Figure, axes, axis: Axis, recorded: set[str]) -> tuple[Hov
     return tuple(boxes)
 
 
-def _caption(names, zero, axis: Axis, recorded, machines, marked: dict[Change, int], off_line: int) -> str:
-    if axis.first_parent:
-        parts = [f"{len(names)} benchmarks over main's first-parent line: {len(axis.commits)} commits that carry "
-                 f"the suite, oldest left; {len(recorded & {c.commit for c in axis.commits})} have results "
-                 f"(a grey tick under the axis marks each commit without one, a dotted line bridges it)"]
-    else:
-        parts = [f"{len(names)} benchmarks across {len(axis.commits)} recorded commits in commit-date order "
-                 "(no first-parent list: commits without results are not shown)"]
-    parts.append(f"machines: {', '.join(machines)}; every value lower-is-better")
-    if marked:
-        parts.append("intended changes (dashed lines): " + "; ".join(
-            f"#{n} {change.commit} ({change.metric}): {change.reason}"
-            for change, n in sorted(marked.items(), key=lambda item: item[1])))
-    if zero:
-        parts.append("0 on every recorded commit, connector and machine, so not drawn: "
-                     + ", ".join(name.rsplit(".", 1)[1].removeprefix("track_") for name in zero))
-    if off_line:
-        parts.append(f"results of {off_line} commit(s) off main's first-parent line are left out")
-    return ". ".join(parts) + "."
-
-
-def _spread_sentence(group: Sequence[AsvPoint], names: Sequence[str]) -> str:
-    """Which panels show a spread (asv's quartiles of repeated samples) and which have one sample
-    per commit, where no spread was measured."""
-    single = [name for name in names if one_sample([p for p in group if p.benchmark == name])]
-    spread = [name for name in names if name not in single]
-
-    def listed(chosen: list[str]) -> str:
-        return "every panel" if len(chosen) == len(names) else ", ".join(
-            name.rsplit(".", 1)[1].removeprefix("track_") for name in chosen)
-
-    parts = []
-    if spread:
-        parts.append(f"A bar at a point is asv's interquartile range of that commit's repeated samples "
-                     f"({listed(spread)}).")
-    if single:
-        parts.append(f"One sample per commit, so no spread was measured ({listed(single)}).")
-    return (" " + " ".join(parts)) if parts else ""
-
-
-def _overlaid_sentence(overlaid: dict[str, list[list[str]]]) -> str:
-    if not overlaid:
-        return ""
-    return (" Lines with the same value at every commit they share, drawn over each other (each keeps its "
-            "marker): "
-            + "; ".join(f"{metric}: " + ", ".join(" = ".join(group) for group in groups)
-                        for metric, groups in overlaid.items()) + ".")
-
-
 def label_key(label: str):
     return label_order([label.split(" @ ")[0]])[0]
 
@@ -369,29 +376,3 @@ def _ordered_params(param_sets) -> list[tuple[str, ...]]:
     return sorted(param_sets, key=lambda params: (0, label_order(params)) if params else (1, []))
 
 
-def _iso(date_ms: int) -> str:
-    return datetime.datetime.fromtimestamp(date_ms / 1000, tz=datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M")
-
-
-def _table(group: list[AsvPoint], units: dict[str, str]) -> tuple[tuple[str, ...], ...]:
-    """The chart's data, one row per point (the CSV beside the figure)."""
-    header = ("benchmark", "parameters", "machine", "commit", "commit date (UTC)", "value", "unit", "q25", "q75",
-              "samples", "spread")
-    rows = sorted((p.benchmark, " ".join(p.params), p.machine, p.commit, _iso(p.date), repr(p.value),
-                   units.get(p.benchmark, ""), "" if p.spread is None else repr(p.spread[0]),
-                   "" if p.spread is None else repr(p.spread[1]), str(p.samples),
-                   "none measured: one sample" if one_sample([p]) else f"interquartile range of {p.samples} samples")
-                  for p in group)
-    return (header, *rows)
-
-
-def _provenance(group: list[AsvPoint]) -> tuple[tuple[str, ...], ...]:
-    rows: dict[tuple[str, str], tuple[str, ...]] = {}
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    for p in group:
-        counts[(p.machine, p.commit)] += 1
-        rows[(p.machine, p.commit)] = (p.machine, p.commit[:12], _iso(p.date).replace("T", " "), p.env,
-                                       p.result_file)
-    header = ("machine", "commit", "commit date (UTC)", "environment", "asv result file", "points")
-    body = sorted((row + (str(counts[key]),) for key, row in rows.items()), key=lambda r: (r[0], r[2]))
-    return (header, *body)

@@ -87,14 +87,22 @@ STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0
          "table{border-collapse:collapse;font-size:0.85em}"
          "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:nth-child(-n+2){text-align:left}"
          "figure{margin:1em 0 2em 0}figcaption{color:#444;font-size:0.9em}"
-         "details{margin-bottom:2em;font-size:0.85em}nav li{margin:2px 0}")
+         "details{margin-bottom:2em;font-size:0.85em}nav li{margin:2px 0}"
+         "tr.worse td{background:#fde0dc;font-weight:bold}")
 
 
-def _table_html(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A table in its own scrolling box; a header may break after each '_' (long metric names)."""
+def _worse(row: Sequence[str]) -> bool:
+    """A row of the newest commit's moves (report.moves) whose verdict is a regression."""
+    return bool(row) and str(row[-1]).startswith("worse")
+
+
+def _table_html(header: Sequence[str], rows: Sequence[Sequence[str]], highlight=lambda row: False) -> str:
+    """A table in its own scrolling box; a header may break after each '_' (long metric names);
+    rows ``highlight`` picks are marked (class 'worse')."""
     e = html.escape
     head = "".join(f"<th>{e(h).replace('_', '_<wbr>')}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join(("<tr class='worse'>" if highlight(row) else "<tr>") + "".join(f"<td>{e(c)}</td>" for c in row)
+                   + "</tr>" for row in rows)
     return f"<div class='table'><table><tr>{head}</tr>{body}</table></div>"
 
 
@@ -122,7 +130,7 @@ def write_html(page: Page, path: Path) -> None:
             parts.append(f"<p><b>{e(sentence)}</b></p>")
             if table:
                 header, *rows = table
-                parts.append(_table_html(header, rows))
+                parts.append(_table_html(header, rows, highlight=_worse))
         for chart in charts:
             slots = "".join(f"<a class='slot' title='{e(box.title)}' style='left:{box.left:.3f}%;top:{box.top:.3f}%;"
                             f"width:{box.width:.3f}%;height:{box.height:.3f}%'></a>" for box in chart.hover)
@@ -186,7 +194,9 @@ def write_markdown(page: Page, path: Path) -> None:
             lines += [f"**{md(sentence)}**", ""]
             if table:
                 header, *rows = table
-                lines += _md_table(header, rows) + [""]
+                lines += ["| " + " | ".join(md(h) for h in header) + " |", "|" + "---|" * len(header)]
+                lines += ["| " + " | ".join(f"**{md(c)}**" if _worse(row) and c else md(c) for c in row) + " |"
+                          for row in rows] + [""]
         for chart in charts:
             data = f" Data: [{md(chart.data_file)}]({chart.data_file})." if chart.table else ""
             lines += [f'<h3 id="{e(chart.filename)}">{e(chart.title)}</h3>', "",

@@ -64,6 +64,9 @@ class AsvPoint:
     version: str | None = None  # the benchmark's version when it was recorded
     spread: tuple[float, float] | None = None  # asv's quartiles of repeated samples (q_25, q_75), if any
     samples: int = 1  # how many samples asv kept statistics of (stats_repeat)
+    # the hardware the result file says it ran on (asv's params: cpu, num_cpu, ram, gpu), "" if it
+    # says none: one machine name is one machine, so a line never joins two of these
+    hardware: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,7 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
         columns = data["result_columns"]
         results = data["results"]
         commit, env = str(data["commit_hash"]), str(data.get("env_name", ""))
+        hardware = _hardware(data.get("params"))
         date = _asv_date(data.get("date"))
         result_col, params_col = columns.index("result"), columns.index("params")
         version_col = columns.index("version") if "version" in columns else None
@@ -280,8 +284,17 @@ def _asv_file_points(path: Path, machine: str) -> list[AsvPoint]:
                                        params=tuple(_unquote(str(p)) for p in combo), commit=commit,
                                        date=date, value=float(value), result_file=str(path),
                                        version=None if version is None else str(version), spread=spread,
-                                       samples=int(repeat) if _finite(repeat) and repeat >= 1 else 1))
+                                       samples=int(repeat) if _finite(repeat) and repeat >= 1 else 1,
+                                       hardware=hardware))
     return points
+
+
+def _hardware(params: Any) -> str:
+    """"CPU, N cores, RAM[, GPU]" from a result file's asv params; "" where it names no CPU."""
+    if not isinstance(params, dict) or not params.get("cpu"):
+        return ""
+    fields = [str(params["cpu"]), f"{params.get('num_cpu', '?')} cores", str(params.get("ram", "?"))]
+    return ", ".join(fields + ([str(params["gpu"])] if params.get("gpu") else []))
 
 
 def _asv_date(value: Any) -> int:

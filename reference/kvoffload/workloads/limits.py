@@ -60,8 +60,9 @@ def check_engine(engine: EngineConfig, where: str) -> None:
         raise WorkloadError(f"{where}: store_completion_steps: expected at most 2**53, "
                             f"got {engine.store_completion_steps:,}")
     if max_model_len(engine) < 2:
-        raise WorkloadError(f"{where}: spec_tokens: expected fewer than the GPU pool's "
-                            f"{(engine.gpu_blocks - 1) * engine.block_size} token slots, got {engine.spec_tokens:,}")
+        slots = (engine.gpu_blocks - 1) * engine.block_size
+        raise WorkloadError(f"{where}: spec_tokens: expected at most {slots - 2:,} (the GPU pool's {slots:,} token "
+                            f"slots less a request's two), got {engine.spec_tokens:,}")
     gpu = engine.gpu_blocks * (engine.block_size * engine.slot_bytes + POOL_BYTES_PER_BLOCK)
     cpu = engine.cpu_chunks * engine.tokens_per_chunk * engine.slot_bytes
     memory = physical_memory()

@@ -1,0 +1,121 @@
+"""The whole package (issue 29): every module of ``kvoffload`` outside the first run's (``targets.py``),
+and which tests run against each of its mutants.
+
+A selection is the test files that exercise the module, sharpest and fastest first, ``-x``; the
+rest of CI runs against the survivors (``stage``). Modules under ``vllm/`` and ``gates/`` (the
+packaged gates run vLLM's scheduler) are tested in the vLLM venv (``VLLM_MODULES``: their
+selection is tests/vllm files, run by that venv's pytest without the fork server). Files of one
+line or two without code to mutate (``kvoffload/__init__.py``'s version, ``cli/__main__.py``, the
+empty ``core/`` and ``engine/`` ``__init__.py``) are left out.
+"""
+
+from __future__ import annotations
+
+_CLI = ("tests/cli/test_cli.py", "tests/cli/test_help.py")
+_HOSTILE = ("tests/cli/test_hostile_input.py",)
+_REPORT = ("tests/report/test_report.py", "tests/report/test_report_outputs.py")
+_HISTORY = ("tests/report/test_newest_commit.py", "tests/report/test_history_chart.py")
+_WORKLOADS = ("tests/workloads",)
+_WORKER = ("tests/worker",)
+_GATE = ("tests/gate/test_gate.py", "tests/gate/test_gate_verdicts.py", "tests/gate/test_gate_counts.py")
+_VLLM_CORE = ("tests/vllm/test_compat.py", "tests/vllm/test_connector_in_vllm.py", "tests/vllm/test_kv_delivery.py")
+_GATES_PLUGIN = ("tests/vllm/test_gates_plugin.py", "tests/vllm/test_gate_story.py", "tests/vllm/test_preset_gates.py")
+_MODEL = ("tests/vllm/test_engine_geometry.py", "tests/vllm/test_engine_settings.py", "tests/vllm/test_output_oracle.py")
+
+WHOLE_TESTS_OF: dict[str, tuple[str, ...]] = {
+    "choice.py": ("tests/cli/test_bench_seeds.py",) + _CLI,
+    "cli/__init__.py": _CLI + ("tests/cli/test_interrupt.py",),
+    "cli/app.py": _CLI + ("tests/cli/test_outputs_default.py",) + _HOSTILE,
+    "cli/bench.py": ("tests/cli/test_bench_seeds.py", "tests/cli/test_bench_vllm_folders.py") + _CLI,
+    "cli/bench_folders.py": ("tests/cli/test_bench_vllm_folders.py",),
+    "cli/bench_model.py": ("tests/vllm/test_bench_model_table.py", "tests/cli/test_bench_vllm_folders.py"),
+    "cli/compare.py": ("tests/cli/test_compare.py",),
+    "cli/flags.py": _CLI + _HOSTILE,
+    "cli/gate.py": _GATE,
+    "cli/info.py": _CLI,
+    "cli/outputs.py": ("tests/cli/test_outputs_default.py", "tests/cli/test_output_folders.py") + _HOSTILE,
+    "cli/releases.py": ("tests/cli/test_releases.py",),
+    "cli/run.py": _CLI + ("tests/cli/test_stuck_run.py",) + _HOSTILE,
+    "cli/sweep.py": ("tests/sweep/test_sweep.py",) + _HOSTILE,
+    "counts.py": ("tests/gate/test_gate_counts.py", "tests/benchmarks/test_bench_counts.py"),
+    "engines.py": ("tests/cli/test_bench_vllm_folders.py",) + _CLI,
+    "gate_baseline.py": _GATE,
+    "gate_counts.py": ("tests/gate/test_gate_counts.py",),
+    "gate_signatures.py": ("tests/gate/test_gate_verdicts.py",),
+    "long_numbers.py": ("tests/report/test_sources.py",) + _HOSTILE,
+    "releases.py": ("tests/cli/test_releases.py", "tests/report/test_releases_chart.py"),
+    "report/__init__.py": ("tests/report/test_report_outputs.py", "tests/report/test_report.py"),
+    "report/ablation.py": ("tests/report/test_ablation_chart.py",) + _REPORT,
+    "report/changes.py": _HISTORY,
+    "report/delays.py": _REPORT + ("tests/report/test_figure_sizes.py",),
+    "report/figures.py": _REPORT + ("tests/report/test_figure_sizes.py",),
+    "report/history.py": _HISTORY + ("tests/benchmarks/test_machine_identity.py",),
+    "report/history_marks.py": _HISTORY,
+    "report/history_text.py": _HISTORY,
+    "report/kinds.py": _HISTORY,
+    "report/moves.py": _HISTORY,
+    "report/page.py": ("tests/report/test_newest_commit.py",) + _REPORT,
+    "report/releases.py": ("tests/report/test_releases_chart.py",),
+    "report/scaling.py": ("tests/perf/test_scaling_chart.py",),
+    "report/sources.py": ("tests/report/test_sources.py",) + _HISTORY + _REPORT,
+    "results.py": ("tests/report/test_sources.py", "tests/cli/test_compare.py") + _CLI,
+    "runner.py": ("tests/engine/test_invariant_results.py",) + _CLI,
+    "sweep.py": ("tests/sweep/test_sweep.py",),
+    "sweep_workers.py": ("tests/sweep/test_sweep_processes.py", "tests/sweep/test_sweep.py"),
+    "tables.py": ("tests/cli/test_compare.py",) + _GATE,
+    "worker/__init__.py": _WORKER,
+    "worker/cuda.py": _WORKER,
+    "worker/handler.py": _WORKER,
+    "worker/kv.py": _WORKER + ("tests/engine/test_oracle.py",),
+    "worker/stepped.py": _WORKER,
+    "worker/threaded.py": _WORKER,
+    "workloads/__init__.py": _WORKLOADS,
+    "workloads/definition.py": _WORKLOADS,
+    "workloads/distributions.py": _WORKLOADS,
+    "workloads/limits.py": _WORKLOADS + ("tests/perf/test_sizing.py",),
+    "workloads/mooncake.py": ("tests/workloads/test_traces.py", "tests/perf/test_streamed_trace.py",
+                              "tests/perf/test_sizing.py"),
+    "workloads/multi_turn.py": _WORKLOADS,
+    "workloads/registry.py": _WORKLOADS,
+    "workloads/schema.py": _WORKLOADS,
+    "workloads/shared_prefix.py": _WORKLOADS,
+    "workloads/sharegpt.py": ("tests/workloads/test_traces.py",) + _WORKLOADS,
+    "workloads/sizing.py": ("tests/perf/test_sizing.py",) + _WORKLOADS,
+    "workloads/spec_decode.py": _WORKLOADS,
+    "workloads/stream.py": ("tests/perf/test_streamed_trace.py",) + _WORKLOADS,
+    "workloads/summary.py": _WORKLOADS,
+    "workloads/tokens.py": ("tests/workloads/test_traces.py", "tests/perf/test_streamed_trace.py") + _WORKLOADS,
+    # the vLLM venv
+    "gates/__init__.py": _GATES_PLUGIN,
+    "gates/catalogue.py": ("tests/gates/test_catalogue.py",) + _GATES_PLUGIN,
+    "gates/plugin.py": _GATES_PLUGIN,
+    "gates/story.py": _GATES_PLUGIN,
+    "gates/test_k01_k05_finish.py": _GATES_PLUGIN,
+    "gates/test_k06_k20_lifecycle.py": _GATES_PLUGIN,
+    "gates/test_k21_k30_tier.py": _GATES_PLUGIN,
+    "vllm/__init__.py": _VLLM_CORE,
+    "vllm/adapters.py": _VLLM_CORE,
+    "vllm/build.py": _VLLM_CORE + ("tests/vllm/test_stock_and_broken.py",),
+    "vllm/compat/__init__.py": ("tests/vllm/test_compat.py",),
+    "vllm/compat/v0_26.py": ("tests/vllm/test_compat.py",),
+    "vllm/compat/v0_29.py": ("tests/vllm/test_compat.py",),
+    "vllm/compat/v0_30.py": ("tests/vllm/test_compat.py",),
+    "vllm/connector.py": ("tests/vllm/test_connector_in_vllm.py", "tests/vllm/test_cli_vllm.py"),
+    "vllm/connector_parts.py": ("tests/vllm/test_connector_in_vllm.py",),
+    "vllm/engine.py": ("tests/vllm/test_cli_vllm.py", "tests/vllm/test_store_delays.py"),
+    "vllm/geometry.py": ("tests/vllm/test_engine_geometry.py",),
+    "vllm/llm_engine.py": _MODEL,
+    "vllm/llm_start.py": _MODEL,
+    "vllm/model.py": ("tests/vllm/test_compat.py",) + _MODEL,
+    "vllm/observe.py": ("tests/vllm/test_store_delays.py",) + _VLLM_CORE,
+    "vllm/outputs.py": ("tests/vllm/test_output_oracle.py",),
+    "vllm/pinned.py": ("tests/vllm/test_differential.py",),
+    "vllm/regions.py": ("tests/vllm/test_compat.py",) + _VLLM_CORE,
+    "vllm/replay.py": _VLLM_CORE + ("tests/vllm/test_stock_and_broken.py",),
+    "vllm/rows.py": ("tests/cli/test_subprocess_options.py",),
+    "vllm/scheduled_writes.py": _VLLM_CORE + ("tests/vllm/test_store_delays.py",),
+    "vllm/settings.py": ("tests/vllm/test_settings_table.py", "tests/vllm/test_engine_settings.py"),
+    "vllm/stock.py": ("tests/vllm/test_stock_and_broken.py",),
+    "vllm/weights.py": ("tests/vllm/test_engine_geometry.py",),
+}
+VLLM_MODULES = frozenset(m for m in WHOLE_TESTS_OF if m.startswith(("vllm/", "gates/")))
