@@ -23,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from kvoffload.core.types import ConfigError
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.engine.record import RunRecord
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ ENGINES = (SIMULATOR, *OPTIONAL)
 class ReplayEngine(Protocol):
     unmeasured: tuple[str, ...]
     recorded: dict  # optional: what else the result's config records (vllm-scheduler: the hash seed)
+    step_bound_s: float | None  # a step running longer stops the run (engine/bounded.py; None: unbounded)
 
     def replay(self, workload: "Workload", choice: "ConnectorChoice", on_step: Callable[[int, int], None] | None,
                trace: bool, max_steps: int | None) -> RunRecord: ...
@@ -52,6 +54,7 @@ class ReplayEngine(Protocol):
 class Simulator:
     unmeasured: tuple[str, ...] = ()
     recorded: dict = {}
+    step_bound_s: float | None = DEFAULT_STEP_BOUND_S
 
     def replay(self, workload, choice, on_step, trace, max_steps) -> RunRecord:
         from kvoffload.engine.engine import Engine
@@ -60,7 +63,8 @@ class Simulator:
             raise ConfigError(f"the simulator runs the reference connector only, not {choice.source!r} "
                               f"(use --engine {VLLM_SCHEDULER})")
         return Engine(workload.requests, workload.engine, choice.fixes, on_step=on_step, trace=trace,
-                      max_steps=max_steps, reset_cache_at=workload.reset_cache_at).run()
+                      max_steps=max_steps, reset_cache_at=workload.reset_cache_at,
+                      step_bound_s=self.step_bound_s).run()
 
 
 def engine_named(name: str, **options) -> ReplayEngine:

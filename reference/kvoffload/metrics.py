@@ -44,8 +44,9 @@ GLOSSARY: tuple[Metric, ...] = (
     Metric("leaked_requests", "zero", "requests the connector still tracks after the run drained"),
     Metric("stuck_requests", "zero", "requests left waiting when nothing progressed for 200 steps, or "
            "alive when the progress watchdog or the max_steps cap stopped the run"),
-    Metric("crashes", "zero", "1 if the connector died (an assert or KeyError of the modelled release); "
-           "the run stops there"),
+    Metric("crashes", "zero", "1 if the connector died: it raised an exception of any type (the result's "
+           "`error` keeps its type, message, the connector's own frames and the traceback), or could not be "
+           "built or registered (`could not start`); the run stops there"),
     Metric("livelock", "zero", "1 if the progress watchdog stopped the run: no request finished and no "
            "position was computed past its earlier high-water mark for the watchdog window (docs/engine.md); "
            "the result's `diagnostics.livelock` names the cycle"),

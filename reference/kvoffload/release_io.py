@@ -78,8 +78,8 @@ def parent_death_guard(parent: int):
 
 
 def run_rows(python: Path, jobs: Sequence[tuple[str, str]], preset: str | None, env: dict[str, str],
-             timeout: float) -> subprocess.CompletedProcess:
-    """``python -m kvoffload.vllm.rows [--preset P] WORKLOAD:SCHEDULING ...`` (``python``: a release
+             timeout: float, options: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """``python -m kvoffload.vllm.rows [--preset P] [OPTIONS] WORKLOAD:SCHEDULING ...`` (``python``: a release
     venv's interpreter), its process tree bounded by ``timeout`` seconds: every process of its
     session is killed on a timeout (``subprocess.TimeoutExpired``), on any exception here (a
     Ctrl-C) and when it has exited (a child it left behind). Its output goes to temporary files,
@@ -89,7 +89,7 @@ def run_rows(python: Path, jobs: Sequence[tuple[str, str]], preset: str | None, 
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         try:
             process = subprocess.Popen([str(python), "-m", "kvoffload.vllm.rows",
-                                        *(("--preset", preset) if preset else ()),
+                                        *(("--preset", preset) if preset else ()), *options,
                                         *(f"{workload}:{scheduling}" for workload, scheduling in jobs)],
                                        env={**env, PARENT_FD_ENV: str(read_end)}, stdin=subprocess.DEVNULL,
                                        stdout=stdout, stderr=stderr, start_new_session=True, pass_fds=(read_end,),

@@ -100,9 +100,11 @@ COMMAND_CASES = [
              {"workload": "w", "scheduling": "sync", "release": {"metrics": {"crashes": "none"}},
               "preset": {"metrics": {}}}]}])),
     Case("--engine vllm-scheduler --connector mod: (refused after vLLM's import)", VLLM_RUN + ("--connector", "mod:"),
-         "--connector expects stock, reference or MODULE:CLASS, got 'mod:'"),
+         "--connector expects stock, reference, simple-cpu, simple-cpu-lazy, example, peer, MODULE:CLASS, or A+B "
+         "(MultiConnector), got 'mod:'"),
     Case("--engine vllm-scheduler --connector a:b:c", VLLM_RUN + ("--connector", "a:b:c"),
-         "--connector expects stock, reference or MODULE:CLASS, got 'a:b:c'"),
+         "--connector expects stock, reference, simple-cpu, simple-cpu-lazy, example, peer, MODULE:CLASS, or A+B "
+         "(MultiConnector), got 'a:b:c'"),
     Case("--engine vllm-scheduler --connector of a missing module", VLLM_RUN + ("--connector", "no_such_kv_module:Cls"),
          "--connector no_such_kv_module:Cls: no module 'no_such_kv_module' on the Python path"),
     Case("--engine vllm-scheduler --connector of a missing submodule", VLLM_RUN + ("--connector", "json.nosuch:Cls"),

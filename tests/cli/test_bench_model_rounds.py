@@ -68,7 +68,7 @@ def test_the_command_writes_every_round_and_fails_on_a_mismatch_of_a_sound_conne
                                                                                       capsys):
     import kvoffload.vllm.pinned as pinned
 
-    monkeypatch.setattr(pinned, "call_pinned", lambda function, *args: function(*args))
+    monkeypatch.setattr(pinned, "call_pinned", lambda function, *args, **_: function(*args))
     args = type("Args", (), {"quiet": True, "model": None})()
     assert bench_model.cmd_model_bench(args, [load_workload("shared-prefix-small")], tmp_path) == 0
     summary = json.loads((tmp_path / "bench-summary-engine-vllm.json").read_text())

@@ -78,9 +78,16 @@ def poisoned(record: RunRecord) -> list[tuple[str, int, int]]:
 
 
 def healthy(record: RunRecord) -> bool:
-    return (record.crash, record.poisoned, record.fence_violations, record.leaked_requests,
-            record.stuck_requests, record.lifecycle_violations, record.invariant_failures) == (
-        None, [], [], (), (), 0, [])
+    return not record.problems(fences=True, lifecycle=True, invariants=True)
+
+
+def assert_healthy(record: RunRecord) -> None:
+    """No crash, poisoned load, fence violation, stuck or leaked request, lifecycle violation or
+    failed invariant; else an AssertionError naming each (request, step, chunk, bad slots of a
+    poisoned load; the stuck and leaked ids; the crash with the connector's frame)."""
+    found = record.problems(fences=True, lifecycle=True, invariants=True)
+    if found:
+        raise AssertionError("; ".join(found))
 
 
 def follow_up(parent: RequestSpec, req_id: str = "C", new: int = 4, think_steps: int = 3, **kwargs) -> RequestSpec:

@@ -45,3 +45,23 @@ def test_every_row_of_the_readmes_own_matrix_is_read_back_under_every_column():
     cells = script.previous_cells(text)
     assert len(cells) == len(gate_rows) > 0  # a row with a cell too many or too few is not kept
     assert all(list(row) == header.strip("| ").split(" | ")[1:] for row in cells.values())
+
+
+def test_a_planted_connectors_row_is_kept_by_its_label(monkeypatch):
+    """A rerun of some columns keeps the plant rows it did not run: a fix flag's row and a planted
+    connector's row, whose label has spaces and a colon (it was once read as no row at all, and
+    the K13 plant's failing gate was dropped)."""
+    script = load_script()
+    plants = """
+| reference with the fix flag off (`--kv-disable`), or a planted connector | vLLM gates that fail |
+|---|---|
+| `reset_clears_request_jobs` | TestK20ResetForgetsRequestJobs::test_r1_is_readmitted_after_the_reset |
+| `K13: allocations not fenced (UnfencedAllocationsConnector)` | TestK13MultiConnectorFence::test_a_block_another_connector_loads_into_is_fenced |
+| `storable_within_allocated` | none: no vLLM gate plants this flag |
+"""
+    monkeypatch.setattr(script, "matrix_text", lambda: MATRIX + plants)
+    assert script.previous_plants() == {
+        "reset_clears_request_jobs": ["TestK20ResetForgetsRequestJobs::test_r1_is_readmitted_after_the_reset"],
+        "K13: allocations not fenced (UnfencedAllocationsConnector)": [
+            "TestK13MultiConnectorFence::test_a_block_another_connector_loads_into_is_fenced"],
+        "storable_within_allocated": []}

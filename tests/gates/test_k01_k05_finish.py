@@ -9,7 +9,7 @@ built after the finish can carry it.
 from __future__ import annotations
 
 import pytest
-from story import (SCHEDULINGS, TINY, engine, follow_up, healthy, poisoned, run, stored_chunks, tokens,
+from story import (SCHEDULINGS, TINY, engine, follow_up, assert_healthy, poisoned, run, stored_chunks, tokens,
                    without)
 
 from kvoffload.engine.requests import RequestSpec
@@ -32,7 +32,7 @@ class TestK01FinalStoreAfterFinishSignal:
     def test_fixed_order_builds_the_final_store_before_the_signal(self):
         a = turn_a()
         record = run([a, follow_up(a)], self.SLOW, strict=True)
-        assert healthy(record)
+        assert_healthy(record)
         assert stored_chunks(record, "A") == {0, 1}
 
     def test_old_order_is_a_key_error_for_a_late_prepare_store_of_a(self):
@@ -44,7 +44,8 @@ class TestK01FinalStoreAfterFinishSignal:
         a = turn_a()
         record = run([a, follow_up(a)], TINY.replace(store_completion_steps=4),
                      without("deferred_finish_signal"), strict=True)
-        assert healthy(record) and stored_chunks(record, "A") == {0, 1}
+        assert_healthy(record)
+        assert stored_chunks(record, "A") == {0, 1}
 
 
 class TestK02FinishHookAndReset:
@@ -59,7 +60,7 @@ class TestK02FinishHookAndReset:
         eng = engine([a], TINY.replace(scheduling=scheduling, store_completion_steps=4),
                      reset_cache_at=[reset_at], strict=True)
         record = eng.run()
-        assert healthy(record)
+        assert_healthy(record)
         assert eng.connector.manager.violations == []  # "signalled twice" would be one
         assert eng.connector.tracked_request_ids() == ()
         assert "A" in eng.connector.manager._finished_requests
@@ -96,7 +97,8 @@ class TestK03LastBlockAtFinish:
 
     def test_final_store_copies_before_its_block_is_rewritten(self):
         record = run(self.requests_with_b(), self.WIDE, strict=True)
-        assert healthy(record) and record.continuations[0].served
+        assert_healthy(record)
+        assert record.continuations[0].served
 
     def test_without_the_worker_fence_c_loads_b_kv_in_chunk_1(self):
         record = run(self.requests_with_b(), self.WIDE, without("flush_submits_before_wait"))
@@ -184,7 +186,7 @@ class TestK05EveryStoredChunkIsServed:
         filler = RequestSpec("F", tokens(5, 48), tokens(6, 1), parent="A")
         b = RequestSpec("B", a.prompt_token_ids + tokens(7, 4), tokens(8, 1), parent="F")
         record = run([a, filler, b], config, strict=True)
-        assert healthy(record)
+        assert_healthy(record)
         assert stored_chunks(record, "A") == {0, 1}
         assert record.gpu_hit_tokens == 4
         assert record.connector_hit_tokens_admitted == 28

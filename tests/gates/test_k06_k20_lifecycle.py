@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from story import (SCHEDULINGS, TINY, engine, follow_up, healthy, pending_reads_as_miss, poisoned, run,
+from story import (SCHEDULINGS, TINY, engine, follow_up, assert_healthy, pending_reads_as_miss, poisoned, run,
                    stored_chunks, tokens, without)
 
 from kvoffload.core.jobs import JobRegistry
@@ -23,7 +23,7 @@ class TestK06CursorWaitsForHashes:
 
     def test_every_decode_chunk_is_stored(self):
         record = run([self.request()], self.CONFIG, strict=True)
-        assert healthy(record)
+        assert_healthy(record)
         assert stored_chunks(record, "A") == {0, 1, 2, 3, 4}  # 21 tokens, position 20 never computed
 
 
@@ -42,7 +42,8 @@ class TestK07AbortOfAQueuedRequest:
     @pytest.mark.parametrize("scheduling", SCHEDULINGS)
     def test_fixed_builds_nothing_for_q(self, scheduling):
         record = run(self.requests(), self.CONFIG.replace(scheduling=scheduling), strict=True)
-        assert healthy(record) and record.finished_requests == 2
+        assert_healthy(record)
+        assert record.finished_requests == 2
         assert stored_chunks(record, "Q") == set()
 
     @pytest.mark.parametrize("scheduling", SCHEDULINGS)
@@ -83,7 +84,7 @@ class TestK08CompletionForAnAbortedRequest:
         eng = engine([a, c, d], TINY.replace(scheduling=scheduling, store_completion_steps=3), strict=True,
                      forget_gpu_cache_before=(3,))
         record = eng.run()
-        assert healthy(record)
+        assert_healthy(record)
         assert [e["args"]["chunks"] for e in record.trace_events if e["name"].startswith("load")] == [[0, 1]]
         assert stored_chunks(record, "D") == {0, 1, 2}  # its prefill, in flight when aborted
         assert eng.connector.tracked_request_ids() == ()
@@ -126,7 +127,7 @@ class TestK10NoLoadWhileStoresAreInFlight:
 
     def test_fixed_defers_then_loads(self):
         record, eng = self.replay(None)
-        assert healthy(record)
+        assert_healthy(record)
         assert eng.connector.stats.deferred_lookups >= 1
         assert poisoned(record) == []
 
@@ -142,7 +143,7 @@ class TestK11CursorAfterPreemption:
                     for i in range(3)]
         record = run(requests, config, strict=True)
         assert record.preemptions >= 1
-        assert healthy(record)
+        assert_healthy(record)
         for i in range(3):
             assert stored_chunks(record, f"R{i}") == {0, 1, 2, 3, 4}  # 24 tokens, position 23 unwritten
 
@@ -176,7 +177,8 @@ class TestK20ResetForgetsRequestJobs:
     def test_fixed_r1_is_readmitted(self):
         record = run(self.requests(), self.CONFIG, reset_cache_at=[3], strict=True)
         assert record.preemptions == 1
-        assert healthy(record) and record.finished_requests == 2
+        assert_healthy(record)
+        assert record.finished_requests == 2
 
     def test_stale_job_ids_break_the_survivors(self):
         """vLLM 0.25: the surviving R0's next store looks its dropped job id up (KeyError)."""

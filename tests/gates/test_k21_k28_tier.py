@@ -4,7 +4,7 @@ allocation failures and the hit-rate counters."""
 from __future__ import annotations
 
 import pytest
-from story import SCHEDULINGS, TINY, engine, follow_up, healthy, poisoned, run, stored_chunks, tokens
+from story import SCHEDULINGS, TINY, engine, follow_up, assert_healthy, poisoned, run, stored_chunks, tokens
 
 from kvoffload.core.manager import CPUOffloadManager, LookupResult
 from kvoffload.core.types import TransferKind
@@ -30,7 +30,7 @@ class TestK21ResetReallyClears:
         b = RequestSpec("B", tokens(1, 8) + tokens(3, 4), tokens(2, 1), arrival_step=6)
         kwargs = {"reset_cache_at": [5]} if reset else {"forget_gpu_cache_before": tuple(range(1, 7))}
         record = run([a, b], TINY.replace(scheduling=scheduling), strict=True, **kwargs)
-        assert healthy(record)
+        assert_healthy(record)
         assert (record.gpu_hit_tokens, record.connector_hit_tokens_admitted) == (0, 0 if reset else 8)
 
 
@@ -43,7 +43,7 @@ class TestK21ResetReallyClears:
         f = RequestSpec("F", r.prompt_token_ids + tokens(3, 4), tokens(4, 1), parent="R", think_steps=2)
         record = run([r, f], TINY.replace(scheduling=scheduling), strict=True, reset_cache_at=[3],
                      forget_gpu_cache_before=tuple(range(4, 40)))
-        assert healthy(record)
+        assert_healthy(record)
         assert [e["args"]["chunks"] for e in record.trace_events if e["ts"] == 3] == [[0, 1, 2, 3]]
         assert record.connector_hit_tokens_admitted == 16
 
@@ -62,7 +62,8 @@ class TestK22FailedLoadIsRecomputed:
         eng.handler.fail_jobs(lambda job: job.kind is TransferKind.LOAD)
         record = eng.run()
         assert len(eng.handler.failed_job_ids) == 1
-        assert healthy(record) and record.finished_requests == 2
+        assert_healthy(record)
+        assert record.finished_requests == 2
         assert record.connector_hit_tokens_admitted == good.connector_hit_tokens_admitted == 8
         assert record.scheduled_tokens == good.scheduled_tokens + 8
         assert eng.worker.take_block_ids_with_load_errors() == set()  # the engine took them
@@ -83,7 +84,8 @@ class TestK22FailedLoadIsRecomputed:
         eng = engine(requests(), config, strict=True, forget_gpu_cache_before=forgetting)
         eng.handler.fail_jobs(lambda job: job.kind is TransferKind.LOAD)
         record = eng.run()
-        assert len(eng.handler.failed_job_ids) == 1 and healthy(record)
+        assert len(eng.handler.failed_job_ids) == 1
+        assert_healthy(record)
         assert record.gpu_hit_tokens == good.gpu_hit_tokens == 4 + 4  # A's and C's shared block
         assert record.connector_hit_tokens_admitted == good.connector_hit_tokens_admitted == 8
         assert record.scheduled_tokens == good.scheduled_tokens + 8
@@ -104,7 +106,8 @@ class TestK23PendingHitResolves:
         if store_fails:
             eng.handler.fail_jobs(lambda job: job.kind is TransferKind.STORE and job.req_id == "A")
         record = eng.run()
-        assert healthy(record) and record.finished_requests == 2
+        assert_healthy(record)
+        assert record.finished_requests == 2
         assert eng.connector.stats.deferred_lookups >= 3
         assert record.connector_hit_tokens_admitted == (0 if store_fails else 8)
 
@@ -150,7 +153,7 @@ class TestK25AllocationFailure:
         eng = engine([a, b, c], TINY.replace(scheduling=scheduling, cpu_chunks=6, store_completion_steps=3),
                      strict=True, forget_gpu_cache_before=tuple(range(20, 31)))
         record = eng.run()
-        assert healthy(record)
+        assert_healthy(record)
         assert eng.connector.stats.store_allocation_failures == failures
         assert [(e["ts"], e["args"]["chunks"]) for e in record.trace_events
                 if e["tid"] == "B"] == [(stored_at, [0, 1, 2, 3])]
@@ -188,7 +191,7 @@ class TestK28FailedStoreStaysInvisible:
                      forget_gpu_cache_before=(2,))
         eng.handler.fail_jobs(lambda job: job.kind is TransferKind.STORE and job.req_id == "A")
         record = eng.run()
-        assert healthy(record)
+        assert_healthy(record)
         assert stored_chunks(record, "A") == {0, 1} and eng.handler.failed_job_ids == [0]
         assert record.connector_hit_tokens_admitted == 0
         assert poisoned(record) == []

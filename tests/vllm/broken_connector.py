@@ -167,3 +167,13 @@ class OpaqueConnector(KVOffloadConnector):
     def shutdown(self) -> None:
         OpaqueConnector.shutdowns.append("worker" if self.worker is not None else "scheduler")
         super().shutdown()
+
+
+class UnfencedAllocationsConnector(KVOffloadConnector):
+    """vLLM #46951 (catalogue K13) planted: an allocation with no external tokens is not recorded
+    for the fence (the early return of vLLM 0.32's update_state_after_alloc), so a block another
+    connector of a MultiConnector loads into can be rewritten while a store still reads it."""
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
+        if num_external_tokens:
+            super().update_state_after_alloc(request, blocks, num_external_tokens)

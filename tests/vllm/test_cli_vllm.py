@@ -47,9 +47,9 @@ def test_run_with_a_connector_class_by_module_path(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--connector", "not a class"], "expects stock, reference or MODULE:CLASS"),
+    (["--connector", "not a class"], "expects stock, reference, simple-cpu, simple-cpu-lazy, example, peer, MODULE:CLASS, or A+B"),
     (["--connector", "stock", "--preset", "vllm-0.29"], "not --connector stock"),
-    (["--connector", "no_such_module:Thing"], "No module named 'no_such_module'"),
+    (["--connector", "no_such_module:Thing"], "no module 'no_such_module' on the Python path"),
     (["--trace", "t.json"], "--trace needs the simulator"),
 ])
 def test_bad_vllm_runs_are_one_line_errors(tmp_path, capsys, argv, message):

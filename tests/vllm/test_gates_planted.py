@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.vllm_on_demand]  # scripts/vllm-on-d
 
 from kvoffload.gates import test_k01_k05_finish as finish  # noqa: E402
 from kvoffload.gates import test_k06_k20_lifecycle as lifecycle  # noqa: E402
+from kvoffload.gates import test_k13_composed as composed  # noqa: E402
 from kvoffload.gates import test_k14_k19_hybrid as hybrid  # noqa: E402
 from kvoffload.gates import test_k21_k30_tier as tier  # noqa: E402
 from kvoffload.gates.plugin import GateConnector  # noqa: E402
@@ -49,15 +50,20 @@ PLANTED = [
      "StaleWindowBlocksConnector"),
     (hybrid.TestK14WindowBlockFencedWhileItsStoreWaits().test_the_schedule_that_reuses_a_window_block_flushes_its_store,
      {}, "UnfencedWindowConnector"),
+    # K13: the reference with vLLM's early return restored (an allocation with no external tokens
+    # not recorded), beside the remote-prefill peer; no request: it is not the stock connector
+    (composed.TestK13MultiConnectorFence().test_a_block_another_connector_loads_into_is_fenced, {"request": None},
+     "UnfencedAllocationsConnector"),
 ]
 
 
 # K11's, K14's (a window's stale block, fixed in vLLM 0.23.0; its unfenced block) and K25's gates pass for every
-# release, preset and fix flag (tests/gates/README.md), so their plants alone fail them: the same replay against the reference runs beside each, to show
+# release, preset and fix flag (tests/gates/README.md), and K13's fails only for stock (an expected failure), so
+# their plants alone fail them: the same replay against the reference runs beside each, to show
 # that the one rule each plant changes is what fails the story.
 CONTROLLED = [(gate, arguments) for gate, arguments, planted in PLANTED
               if planted in ("PreemptedBlocksKeptConnector", "FailedAllocationSkippedConnector",
-                             "StaleWindowBlocksConnector", "UnfencedWindowConnector")]
+                             "StaleWindowBlocksConnector", "UnfencedWindowConnector", "UnfencedAllocationsConnector")]
 
 
 @pytest.mark.parametrize("gate, arguments, planted", PLANTED,

@@ -52,7 +52,7 @@ ON_DEMAND = pytest.mark.vllm_on_demand  # CI keeps one bad option (a child pytes
 
 
 @pytest.mark.parametrize("options, says", [
-    (("--kv-connector", "not a connector"), "expects stock, reference or MODULE:CLASS"),
+    (("--kv-connector", "not a connector"), "expects stock, reference, simple-cpu, simple-cpu-lazy, example, peer, MODULE:CLASS, or A+B"),
     pytest.param(("--kv-connector", "stock", "--kv-preset", "vllm-0.26"), "apply to the reference connector",
                  marks=ON_DEMAND),
     pytest.param(("--kv-preset", "vllm-0.99"), "unknown preset 'vllm-0.99'", marks=ON_DEMAND),

@@ -30,7 +30,7 @@ def test_a_refused_setting_is_one_line_naming_it(name):
     engine = EngineConfig().replace(**{name: OTHER_VALUE[name]})
     for stock in (False, True):
         with pytest.raises(ConfigError) as raised:
-            refuse_unhonoured(engine, stock=stock)
+            refuse_unhonoured(engine, *((REFUSED_FOR_STOCK, "--connector stock") if stock else ()))
         message = str(raised.value)
         assert message.startswith(f"{name}={OTHER_VALUE[name]!r} is not honoured by --engine vllm-scheduler")
         assert REFUSED[name] in message and "\n" not in message
@@ -38,12 +38,13 @@ def test_a_refused_setting_is_one_line_naming_it(name):
 
 def test_strict_lifecycle_is_refused_for_stock_only():
     engine = EngineConfig(strict_lifecycle=False)
-    refuse_unhonoured(engine, stock=False)
+    refuse_unhonoured(engine)
     with pytest.raises(ConfigError, match="strict_lifecycle=False is not honoured by --engine vllm-scheduler "
                                           "with --connector stock"):
-        refuse_unhonoured(engine, stock=True)
+        refuse_unhonoured(engine, REFUSED_FOR_STOCK, "--connector stock")
 
 
 def test_the_defaults_and_every_honoured_setting_pass():
-    refuse_unhonoured(EngineConfig(), stock=True)
-    refuse_unhonoured(EngineConfig(gpu_blocks=64, reserve_full_isl=False, scheduling="async", seed=3), stock=True)
+    refuse_unhonoured(EngineConfig(), REFUSED_FOR_STOCK, "--connector stock")
+    refuse_unhonoured(EngineConfig(gpu_blocks=64, reserve_full_isl=False, scheduling="async", seed=3),
+                      REFUSED_FOR_STOCK, "--connector stock")

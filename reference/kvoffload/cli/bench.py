@@ -10,9 +10,11 @@ from pathlib import Path
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
 from kvoffload.cli.bench_folders import default_out_dir, engine_folder, report_hint
-from kvoffload.cli.run import replay, slug
+from kvoffload.cli.run import add_step_timeout, replay, slug
 from kvoffload.core.fixes import FIX_NAMES, PRESETS
-from kvoffload.engines import ENGINES, SIMULATOR, VLLM
+from kvoffload.core.types import ConfigError
+from kvoffload.cli.findings import finding_lines
+from kvoffload.engines import ENGINES, SIMULATOR, VLLM, VLLM_SCHEDULER
 from kvoffload.metrics import format_value
 from kvoffload.results import SCHEMA as RUN_SCHEMA, write_atomic
 from kvoffload.choice import ConnectorChoice
@@ -75,9 +77,13 @@ def register(sub) -> None:
                             "output oracle (both need the vllm extra)")
     bench.add_argument("--model", action=Once, type=Path, metavar="PATH",
                        help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
+    bench.add_argument("--connector", action="append", metavar="NAME|MODULE:CLASS", default=[],
+                       help="--engine vllm-scheduler: also this connector's rows (repeatable; e.g. simple-cpu, "
+                            "example, stock+example, MODULE:CLASS); exit 1 when one crashed or could not start")
     bench.add_argument("--workload", action=Once, choices=MODEL_WORKLOADS, metavar="NAME",
                        help="--engine vllm: this workload's -small version only (one of "
                             f"{', '.join(MODEL_WORKLOADS)}; default all three)")
+    add_step_timeout(bench)  # foreign code is bounded: a hang is that row's verdict, not the bench's end
     bench.set_defaults(handler=_cmd_bench)
 
 
@@ -94,6 +100,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError("--model needs --engine vllm")
     if args.workload is not None and args.engine != VLLM:
         raise UsageError("--workload needs --engine vllm")
+    if args.connector and args.engine != VLLM_SCHEDULER:
+        raise UsageError("--connector needs --engine vllm-scheduler")
+    extra = [ConnectorChoice.build(source=source) for source in args.connector]  # bad names: one line
     names = (args.workload,) if args.workload is not None else MODEL_WORKLOADS if args.engine == VLLM else BENCH_WORKLOADS
     workloads = [load_workload(name + suffix) for name in names]
     if args.engine == VLLM:
@@ -102,7 +111,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return cmd_model_bench(args, workloads, out_dir)
     if three_way:  # the simulator's row, then vLLM's scheduler with vLLM's connector and ours
         choices = [(SIMULATOR, ConnectorChoice.build()), (args.engine, ConnectorChoice.build(source="stock")),
-                   (args.engine, ConnectorChoice.build())]
+                   (args.engine, ConnectorChoice.build()), *((args.engine, choice) for choice in extra)]
     else:
         choices = [(SIMULATOR, ConnectorChoice.build(preset, disabled)) for preset, disabled in BENCH_CONNECTORS]
     plan = [(workload, engine, choice, (engine_folder(out_dir, engine) if three_way else out_dir)
@@ -112,24 +121,51 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for _, _, _, path in plan:
         check_output_file("--out-dir", path, create_parents=True, kind=RUN_SCHEMA)
     check_output_file("--out-dir", summary, create_parents=True, kind=SUMMARY_SCHEMA)
-    rows = []
+    rows, findings = [], {}
     started = time.perf_counter()
+    refused = []
     for index, (workload, engine, choice, path) in enumerate(plan):
-        outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine)
+        try:
+            outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine,
+                             step_bound_s=args.step_timeout)
+        except ConfigError as error:
+            if choice not in extra:
+                raise
+            refused.append(f"{workload.name} [{choice.label}] not run: {error}")  # a setting it cannot honour
+            continue
         write_atomic(path, outcome.result)
         label = choice.label if not three_way else f"{'sim' if engine == SIMULATOR else 'vllm'} {choice.label}"
         rows.append((workload.name, label, outcome.result["metrics"], outcome.failed))
+        findings[(workload.name, label)] = (choice, outcome)
     elapsed = time.perf_counter() - started
     write_atomic(summary, {
         "schema": SUMMARY_SCHEMA, "seconds": round(elapsed, 1),
         "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f} for w, c, m, f in rows]})
     print(_bench_table(rows))
+    lines = refused + bench_findings(findings)
+    if lines:
+        print("\n" + "\n".join(lines))
     if three_way:
         print("\n" + stock_ratio_lines(rows))
     print(f"\n{len(rows)} runs in {elapsed:.0f} s; results in {out_dir}/ (summary {summary.name})")
     if three_way:
         print(report_hint(out_dir, args.engine))
-    return 0
+    return int(any(outcome.failed for choice, outcome in findings.values() if choice in extra))
+
+
+def bench_findings(findings: dict) -> list[str]:
+    """The findings of each row (cli/findings.py) under the table; a connector that could not start
+    is said once, not once per workload."""
+    lines, not_started = [], set()
+    for (workload, label), (_, outcome) in findings.items():
+        error = outcome.result.get("error") or {}
+        if error.get("could_not_start"):
+            if label not in not_started:
+                not_started.add(label)
+                lines.append(f"{label}: {error['message']}")
+            continue
+        lines += [f"{workload} [{label}] {line}" for line in finding_lines(outcome.result)]
+    return lines
 
 
 def _bench_table(rows) -> str:

@@ -29,6 +29,7 @@ from kvoffload.choice import ConnectorChoice
 from kvoffload.cli.bench import SUMMARY_SCHEMA
 from kvoffload.cli.bench_folders import engine_folder, report_hint
 from kvoffload.cli.outputs import check_output_file
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.cli.run import engine_options, oracle_line, replay, slug
 from kvoffload.engines import SIMULATOR, VLLM
 from kvoffload.metrics import MEASURED_METRICS, format_value, same_value
@@ -47,7 +48,8 @@ COLUMNS = (("output_tokens_per_s", "out tok/s"), ("total_tokens_per_s", "tot tok
 RATIOS = ("output_tokens_per_s", "ttft_ms_p50", "tpot_ms_p50")
 
 
-def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, *, on_step=None,
+def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None,
+                    step_bound_s: float | None = DEFAULT_STEP_BOUND_S, *, on_step=None,
                     rounds: int = ROUNDS) -> tuple[list, dict]:
     """Every workload through the simulator once and the four real-model runs ``rounds`` times,
     interleaved; rows ``(workload, label, [metrics of each round], failed)`` and the oracles
@@ -75,7 +77,7 @@ def run_model_bench(workloads, out_dir: Path, quiet: bool, model: Path | None, *
     for count, (round_index, index) in enumerate(order, 1):
         workload, engine, choice = plan[index]
         outcome = replay(workload, choice, quiet=quiet, position=f"({count}/{len(order)}) ", engine=engine,
-                         engine_options=options if engine == VLLM else None)
+                         engine_options=options if engine == VLLM else None, step_bound_s=step_bound_s)
         found[index].append(outcome)
         if round_index == 0 or engine == VLLM:  # round 1's run, every round's metrics so far
             write_atomic(paths[index], {**found[index][0].result,
@@ -176,7 +178,8 @@ def cmd_model_bench(args: argparse.Namespace, workloads, out_dir: Path) -> int:
     started = time.perf_counter()
     from kvoffload.vllm.pinned import call_pinned  # no vLLM import: the child imports it
 
-    rows, oracles = call_pinned(run_model_bench, workloads, out_dir, args.quiet, args.model)
+    bound = getattr(args, "step_timeout", DEFAULT_STEP_BOUND_S)  # bench --step-timeout
+    rows, oracles = call_pinned(run_model_bench, workloads, out_dir, args.quiet, args.model, bound, bound_s=bound)
     elapsed = time.perf_counter() - started
     write_atomic(summary, {"schema": SUMMARY_SCHEMA, "seconds": round(elapsed, 1), "rounds": ROUNDS,
                            "rows": [{"workload": w, "connector": c, "metrics": rounds[0], "rounds": rounds,

@@ -28,7 +28,10 @@ import time
 from pathlib import Path
 
 import kvoffload
+from kvoffload.choice import FOREIGN
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
+from kvoffload.cli.run import add_step_timeout
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_file
 from kvoffload.engine.set_order import HASH_SEED
 from kvoffload.metrics import format_value
@@ -44,6 +47,8 @@ DEFAULT_OUT = DEFAULT_ROOT / "releases" / "releases.json"
 # --timeout's bound: eleven days; subprocess and select take no more (1e20 s raised OverflowError).
 MAX_TIMEOUT_S = 1_000_000
 CHECKOUT = Path(kvoffload.__file__).resolve().parents[2]  # scripts/setup-vllm makes the venvs in its root
+CONNECTORS_OUT = DEFAULT_ROOT / "releases" / "connectors.json"
+CONNECTOR_FAMILIES = ("stock", *FOREIGN)
 
 
 def register(sub) -> None:
@@ -59,6 +64,11 @@ def register(sub) -> None:
     parser.add_argument("--timeout", action=Once, type=_timeout_seconds, default=3600, metavar="S",
                         help=f"seconds one release's replays may take in all (default 3600, at most "
                              f"{MAX_TIMEOUT_S:,}); past it every process of the release is killed")
+    parser.add_argument("--connector", action="append", metavar="NAME", choices=CONNECTOR_FAMILIES,
+                        help="the connector x release matrix instead: these connector families (repeatable: "
+                             f"{', '.join(CONNECTOR_FAMILIES)}) in every release, no preset beside them "
+                             f"(default --out {CONNECTORS_OUT})")
+    add_step_timeout(parser)  # each replay's steps, in the release's own venv (the child process)
     parser.set_defaults(handler=_cmd_releases)
 
 
@@ -73,6 +83,10 @@ def _timeout_seconds(text: str) -> int:
 
 
 def _cmd_releases(args: argparse.Namespace) -> int:
+    if args.connector:
+        from kvoffload.cli.releases_family import cmd_connector_matrix
+
+        return cmd_connector_matrix(args)
     releases = args.release or list(RELEASES)
     for release in releases:
         if release not in RELEASES:
@@ -97,7 +111,7 @@ def _cmd_releases(args: argparse.Namespace) -> int:
     entries = []
     for release in releases:
         preset = known_preset(release)
-        rows, seconds = _release_rows(release, pythons[release], jobs, args.timeout)
+        rows, seconds = _release_rows(release, pythons[release], jobs, args.timeout, step_bound_s=args.step_timeout)
         compared = []
         for real in rows:
             key = (real["workload"], real["scheduling"], preset)
@@ -108,7 +122,8 @@ def _cmd_releases(args: argparse.Namespace) -> int:
         # Agreeing with the stock connector there, the preset is right and the schedulers differ.
         differing = [(row["workload"], row["scheduling"]) for row in compared if needs_second_pass(row)]
         if differing:
-            inside, more = _release_rows(release, pythons[release], differing, args.timeout, preset or "reference")
+            inside, more = _release_rows(release, pythons[release], differing, args.timeout, preset or "reference",
+                                         step_bound_s=args.step_timeout)
             seconds += more
             by_job = {(row["workload"], row["scheduling"]): row for row in inside}
             for row, real in zip(compared, rows):
@@ -186,16 +201,19 @@ def _earlier_entries(out: Path) -> list[dict]:
     return [entry for entry in earlier["releases"] if entry["release"] in RELEASES]
 
 
-def _release_rows(release: str, python: Path, jobs: list[tuple[str, str]], timeout: int,
-                  preset: str | None = None) -> tuple[list[dict], float]:
+def _release_rows(release: str, python: Path, jobs: list[tuple[str, str]], timeout: int, preset: str | None = None,
+                  connector: str | None = None, step_bound_s: float | None = None) -> tuple[list[dict], float]:
     """The release's rows, from its own venv; a release that dies, hangs or prints what is not
     a row is a usage-level failure of this command (one line), not a row."""
     source_root = Path(kvoffload.__file__).resolve().parents[1]  # this checkout's code in every venv
     env = {**os.environ, "PYTHONHASHSEED": str(HASH_SEED), "VLLM_LOGGING_LEVEL": "ERROR",
            "PYTHONPATH": os.pathsep.join([str(source_root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    options = [*(("--connector", connector) if connector else ()),
+               # the child's default bound is the same constant: only another one is passed on
+               *(("--step-timeout", repr(step_bound_s)) if step_bound_s not in (None, DEFAULT_STEP_BOUND_S) else ())]
     started = time.perf_counter()
     try:
-        done = run_rows(python, jobs, preset, env, timeout)  # its whole process tree killed on a timeout or a Ctrl-C
+        done = run_rows(python, jobs, preset, env, timeout, options)  # its whole process tree killed on a timeout or a Ctrl-C
     except subprocess.TimeoutExpired:
         raise UsageError(f"vLLM {release}: its replays took more than --timeout {timeout} s (every process "
                          f"of it killed)") from None

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shutil
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from kvoffload.cli.findings import finding_lines, strict_failures
 from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, TRACE, check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM
 from kvoffload.metrics import GLOSSARY, METRIC_NAMES, format_value
 from kvoffload.results import SCHEMA as RUN_SCHEMA, write_atomic
-from kvoffload.choice import ConnectorChoice, check_module_found, check_source
+from kvoffload.choice import SOURCES_HELP, ConnectorChoice, check_module_found, check_source, needs_storage
 from kvoffload.runner import RunOutcome, chrome_trace, replay_workload
 from kvoffload.workloads import DEFAULT_WORKLOAD, load_workload
 
@@ -44,13 +48,18 @@ def register(sub) -> None:
     run.add_argument("--engine", action=Once, choices=ENGINES, default=SIMULATOR,
                      help="simulator (default), vLLM's own scheduler, or vLLM's real engine on a real model "
                           "(vllm; both need the vllm extra)")
-    run.add_argument("--connector", action=Once, default="reference", metavar="reference|stock|MODULE:CLASS",
-                     help="vLLM engines: the reference connector, vLLM's stock one, or any class; "
+    run.add_argument("--connector", action=Once, default="reference", metavar="NAME|MODULE:CLASS",
+                     help=f"vLLM engines: {SOURCES_HELP} (vLLM's stock OffloadingConnector, the reference, "
+                          "vLLM's SimpleCPUOffloadConnector eager or lazy, any class); "
                           "--engine vllm also off (no connector, no prefix caching)")
     run.add_argument("--model", action=Once, type=Path, metavar="PATH",
                      help="--engine vllm: a local model directory (default: the tiny Llama, seeded weights)")
     run.add_argument("--no-oracle", action=OnceTrue,
                      help="--engine vllm: skip the output oracle (its offload-off second run)")
+    add_step_timeout(run)
+    run.add_argument("--strict", action=OnceTrue,
+                     help="exit 1 when any zero-metric (poisoned_loads, leaked_requests, crashes, ...) is above 0, "
+                          "or the connector served nothing where the reference serves some")
     run.set_defaults(handler=_cmd_run)
 
 
@@ -78,7 +87,7 @@ def connector_choice(preset: str | None, disabled: Sequence[str], source: str = 
     an error (the label would name a change that is not one)."""
     if preset == REFERENCE:  # as sweep --preset reference: the reference connector, every fix on
         preset = None
-    if source in ("stock", "off") and (preset or disabled):
+    if source != "reference" and ":" not in source and (preset or disabled):
         flag = "--preset" if preset else "--disable-fix"
         raise UsageError(f"{flag} changes the reference connector, not --connector {source}")
     choice = ConnectorChoice.build(preset, tuple(disabled), source)  # unknown names: ConfigError
@@ -113,23 +122,49 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out = check_output_file("--out", DEFAULT_ROOT / "runs" / f"{slug(workload.name)}-{slug(choice.label)}"
                                 f"{engine_part}.json", create_parents=True, kind=RUN_SCHEMA)
         check_distinct(outputs + [("--out", out)])
+    if needs_storage(choice.source):  # a disk connector's files, beside the result, fresh for each run
+        choice = dataclasses.replace(choice, storage_dir=str(fresh_storage(out)))
     options = engine_options(args.engine, args.model, not args.no_oracle and args.connector != "off")
     outcome = replay(workload, choice, quiet=args.quiet, trace=args.trace is not None, max_steps=args.max_steps,
-                     engine=args.engine, engine_options=options)
+                     engine=args.engine, engine_options=options, step_bound_s=args.step_timeout)
     write_atomic(out, outcome.result)
     if args.trace is not None:
         write_atomic(args.trace, chrome_trace(outcome.record))
     print(_run_table(outcome))
+    findings = finding_lines(outcome.result)
+    if findings:
+        print("\n" + "\n".join(findings))
     print(f"\nresult: {out}")
     if outcome.failed:
         error = outcome.result["error"]
-        print(f"kvoffload: run failed at step {error['step']}: {error['message']}", file=sys.stderr)
+        where = "before its first step" if error["step"] is None else f"at step {error['step']}"
+        print(f"kvoffload: run failed {where}: {error['message']}", file=sys.stderr)
         return 1
     oracle = outcome.result.get("oracle")
     if oracle is not None and oracle["mismatches"]:
         print(f"kvoffload: outputs differ from the offload-off run: {oracle['mismatches'][0]}", file=sys.stderr)
         return 1
+    failures = strict_failures(outcome.result) if args.strict else []
+    if failures:
+        print(f"kvoffload: --strict: {', '.join(failures)}", file=sys.stderr)
+        return 1
     return 0
+
+
+STORE_MARK = ".kvoffload-kv-store"  # the folder is a store this command made (and may empty)
+
+
+def fresh_storage(out: Path) -> Path:
+    """``<result>.kv-store/`` beside the result file, empty: a store an earlier run left is
+    emptied (its mark says it is one); any other folder of that name is refused."""
+    folder = out.with_name(out.stem + ".kv-store")
+    if folder.exists():
+        if not (folder / STORE_MARK).is_file():
+            raise UsageError(f"{folder} exists and is not a connector store of an earlier run: move it away")
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    (folder / STORE_MARK).write_text("files of a disk connector, written by kvoffload run\n")
+    return folder
 
 
 def check_connector_source(source: str, preset: str | None, disabled: Sequence[str]) -> None:
@@ -163,23 +198,42 @@ def engine_options(engine: str, model: Path | None, oracle: bool) -> dict | None
     return {"model": None if model is None else str(model), "oracle": oracle}
 
 
+def add_step_timeout(parser) -> None:
+    parser.add_argument("--step-timeout", action=Once, type=_positive_seconds, default=DEFAULT_STEP_BOUND_S,
+                        metavar="SECONDS",
+                        help=f"an engine step (a connector call in it) running longer stops the run, naming the call "
+                             f"and its request (default {DEFAULT_STEP_BOUND_S:g})")
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds above 0, got {text!r}")
+    return value
+
+
 def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False,
-           max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None) -> RunOutcome:
+           max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None,
+           step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> RunOutcome:
     if engine != SIMULATOR:  # vLLM's import and build warnings held until its first step (cli/stderr_hold.py)
         from kvoffload.cli.app import BAD_INPUT
         from kvoffload.cli.stderr_hold import StderrHold
 
         with StderrHold(drop_on=BAD_INPUT) as hold:
             return _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options,
-                           first_step=hold.release)
-    return _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options)
+                           step_bound_s, first_step=hold.release)
+    return _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options, step_bound_s)
 
 
-def _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options,
+def _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_options, step_bound_s,
             first_step=None) -> RunOutcome:
     if quiet:
         return replay_workload(workload, choice, on_step=first_step and (lambda step, finished: first_step()),
-                               trace=trace, max_steps=max_steps, engine=engine, engine_options=engine_options)
+                               trace=trace, max_steps=max_steps, engine=engine, engine_options=engine_options,
+                               step_bound_s=step_bound_s)
     from tqdm import tqdm
 
     with tqdm(total=len(workload.requests), desc=f"{position}{workload.name} [{choice.label}]", unit="req",
@@ -190,7 +244,7 @@ def _replay(workload, choice, quiet, position, trace, max_steps, engine, engine_
             if finished > bar.n:
                 bar.update(finished - bar.n)
         return replay_workload(workload, choice, on_step=on_step, trace=trace, max_steps=max_steps,
-                               engine=engine, engine_options=engine_options)
+                               engine=engine, engine_options=engine_options, step_bound_s=step_bound_s)
 
 
 def _run_table(outcome: RunOutcome) -> str:

@@ -189,7 +189,11 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
 
     def update_state_after_alloc(self, req: RequestView, block_ids: Sequence[Sequence[BlockId]],
                                  num_external_tokens: int) -> None:
-        """The load of every group's hit chunks, a window's from its first block still held."""
+        """The load of every group's hit chunks, a window's from its first block still held. Every
+        group's allocation is recorded for the fence first, hits or not (catalogue K13, as
+        ``ReferenceConnectorScheduler.update_state_after_alloc``)."""
+        for blocks in block_ids:
+            self._allocated_this_step.update(b for b in blocks if b != NULL_BLOCK)
         if num_external_tokens == 0:
             return
         state, cfg = self._requests[req.req_id], self.config
@@ -199,7 +203,6 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         keys, destination, indices, groups, skips = [], [], [], [], []
         for g, group in enumerate(state.groups):
             blocks = block_ids[g]
-            self._allocated_this_step.update(b for b in blocks if b != NULL_BLOCK)
             start = next((i for i in range(first_fresh, num_blocks) if blocks[i] != NULL_BLOCK), num_blocks)
             pending = num_blocks - start
             window = self._windows[g]

@@ -155,12 +155,17 @@ class ReferenceConnectorScheduler:
         return hits
 
     def update_state_after_alloc(self, req: RequestView, block_ids: Sequence[BlockId], num_external_tokens: int) -> None:
-        """Blocks are allocated for an admitted request; with external hits, build its load job."""
+        """Blocks are allocated for an admitted request; with external hits, build its load job.
+
+        Every allocation is recorded for the fence first, hits or not: beside another connector
+        (vLLM's MultiConnector) a request can be handed blocks that the other one writes, with
+        zero external tokens here and in no scheduler output until its load lands (catalogue
+        K13, vLLM #46951, still open in 0.32; docs/design.md, "Connector rules")."""
+        self._allocated_this_step.update(b for b in block_ids if b != NULL_BLOCK)
         if num_external_tokens == 0:
             return
         state = self._requests[req.req_id]
         cfg = self.config
-        self._allocated_this_step.update(b for b in block_ids if b != NULL_BLOCK)
         num_cached = state.num_local_tokens + num_external_tokens
         local_blocks = state.num_local_tokens // cfg.block_size
         first_chunk = local_blocks // cfg.blocks_per_chunk

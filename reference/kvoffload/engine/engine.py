@@ -26,11 +26,12 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from kvoffload.core.fixes import Fixes
-from kvoffload.core.manager import LifecycleViolation
 from kvoffload.core.hybrid import connector_scheduler
-from kvoffload.core.types import BlockId, ConfigError, ConnectorCrash, TransferResult, cdiv
+from kvoffload.core.types import BlockId, ConfigError, TransferResult, cdiv
 from kvoffload.engine.block_pool import BlockPool
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, StepBound
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.feed import ArrivalFeed
 from kvoffload.engine.final_chunks import FinalChunkWatch
@@ -61,8 +62,10 @@ class Engine:
     def __init__(self, requests: Sequence[RequestSpec], config: EngineConfig, fixes: Fixes | None = None, *,
                  reset_cache_at: Iterable[int] = (), check_invariants: bool = True,
                  strict: bool = False, trace: bool = False, max_steps: int | None = None,
-                 on_step: Callable[[int, int], None] | None = None, skip_idle: bool = True):
+                 on_step: Callable[[int, int], None] | None = None, skip_idle: bool = True,
+                 step_bound_s: float | None = DEFAULT_STEP_BOUND_S):
         self.config = config
+        self._bound = StepBound(step_bound_s)  # a step running longer is the connector's hang
         self.fixes = fixes if fixes is not None else Fixes()
         self.check_invariants = check_invariants
         self.strict = strict
@@ -112,33 +115,40 @@ class Engine:
         gc.freeze()
         started = time.perf_counter()
         try:
-            while self._has_work():
-                if self.max_steps is not None and self._step >= self.max_steps:
-                    self.record.stuck_requests = tuple(self.scheduler.live)
-                    self.record.max_steps_reached = True
-                    break
-                if self._idle_steps >= STUCK_AFTER_STEPS:
-                    self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding, *self.scheduler.waiting))
-                    self.record.stuck_message = self._why_stuck()
-                    break
-                if self.skip_idle and self._skip_idle_gap():
-                    continue
-                self._one_step()
-                if self.record.livelock is not None:
-                    break
-                if self.on_step is not None:
-                    self.on_step(self._step, self.record.finished_requests)
+            with self._bound.watching():
+                self._loop()
             if self._pending_output is not None:
                 self._update_from_output(self._pending_output)
                 self._pending_output = None
-        except (ConnectorCrash, LifecycleViolation, AssertionError, KeyError) as error:
-            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
-            self.record.crash_step = self._step
+        except ConfigError:
+            raise  # bad input found on the way (a streamed request that can never fit)
+        except Exception as error:  # noqa: BLE001 - any exception the connector raises is its crash
+            record_crash(self.record, error, self._step)
         finally:
             self.worker.shutdown()
             gc.unfreeze()
         self._finish_record(time.perf_counter() - started)
         return self.record
+
+    def _loop(self) -> None:
+        while self._has_work():
+            if self.max_steps is not None and self._step >= self.max_steps:
+                self.record.stuck_requests = tuple(self.scheduler.live)
+                self.record.max_steps_reached = True
+                break
+            if self._idle_steps >= STUCK_AFTER_STEPS:
+                self.record.stuck_requests = tuple(live.req_id for live in (*self.scheduler.kv_holding,
+                                                                            *self.scheduler.waiting))
+                self.record.stuck_message = self._why_stuck()
+                break
+            if self.skip_idle and self._skip_idle_gap():
+                continue
+            self._bound.at(self._step)
+            self._one_step()
+            if self.record.livelock is not None:
+                break
+            if self.on_step is not None:
+                self.on_step(self._step, self.record.finished_requests)
 
     def _has_work(self) -> bool:
         return bool(self.feed.has_pending() or self.scheduler.live or self.scheduler.finished_since_schedule

@@ -13,6 +13,19 @@ class PoisonedLoad:
     bad_slots: int
     group: int = 0  # the KV cache group of the chunk (core/model.py)
 
+    def describe(self) -> str:
+        return f"{self.req_id} step {self.step} chunk {self.chunk} ({self.bad_slots} bad slot{'s' * (self.bad_slots != 1)})"
+
+
+POISONED_LISTED = 10  # poisoned loads a result file and a table list one by one (then the count)
+
+
+def describe_poisoned(poisoned: list[PoisonedLoad], limit: int = POISONED_LISTED) -> str:
+    """The first ``limit`` poisoned loads as request, step, chunk and bad slots, and how many."""
+    listed = "; ".join(p.describe() for p in poisoned[:limit])
+    more = f"; and {len(poisoned) - limit} more" if len(poisoned) > limit else ""
+    return f"{len(poisoned)} poisoned load{'s' * (len(poisoned) != 1)}: {listed}{more}"
+
 
 @dataclass(frozen=True)
 class FenceViolation:
@@ -87,8 +100,12 @@ class RunRecord:
     connector_seconds: float = 0.0  # wall time inside connector calls, both sides
     modeled_seconds: float = 0.0
     wall_seconds: float = 0.0
-    crash: str | None = None
+    crash: str | None = None  # "Type: message" (engine/crashes.py), "could not start: ..." before the run
     crash_step: int | None = None
+    crash_type: str | None = None
+    crash_frames: list[str] = field(default_factory=list)  # the connector's own frames, innermost last
+    crash_traceback: str | None = None
+    start_failed: bool = False  # the connector failed while being built or registered
     stuck_requests: tuple[str, ...] = ()
     stuck_message: str | None = None  # why nothing was scheduled for them (the run's error)
     leaked_requests: tuple[str, ...] = ()
@@ -115,3 +132,28 @@ class RunRecord:
     oracle: dict | None = None  # the output oracle's report (kvoffload.vllm.outputs), when it ran
     engine_settings: dict | None = None  # what the real engine ran (geometry, dtype, scheduling)
     trace_events: list[dict] = field(default_factory=list)
+
+    def problems(self, *, fences: bool = False, lifecycle: bool = False, invariants: bool = False) -> list[str]:
+        """What went wrong, one phrase each, naming what was seen: the crash (with the connector's
+        innermost frame), each poisoned load, the stuck and the leaked request ids; ``fences``,
+        ``lifecycle``, ``invariants`` add what only the simulator can see. Empty: clean."""
+        found = []
+        if self.crash is not None:
+            where = "" if self.crash_step is None else f" at step {self.crash_step}"
+            frame = f" [{self.crash_frames[-1]}]" if self.crash_frames else ""
+            found.append(f"crash{where}: {self.crash}{frame}")
+        if self.poisoned:
+            found.append(describe_poisoned(self.poisoned))
+        if fences and self.fence_violations:
+            found.append(f"{len(self.fence_violations)} fence violations: " + "; ".join(
+                f"block {v.block} written by the {v.writer} at step {v.step}" for v in self.fence_violations[:5]))
+        if self.stuck_requests:
+            found.append(f"stuck: {', '.join(self.stuck_requests)}" + (f" ({self.stuck_message})" if self.stuck_message
+                                                                        else ""))
+        if self.leaked_requests:
+            found.append(f"leaked (still tracked after the run): {', '.join(self.leaked_requests)}")
+        if lifecycle and self.lifecycle_violations:
+            found.append(f"{self.lifecycle_violations} lifecycle violations")
+        if invariants and self.invariant_failures:
+            found.append(f"invariants failed: {'; '.join(self.invariant_failures[:3])}")
+        return found

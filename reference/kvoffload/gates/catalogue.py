@@ -45,11 +45,16 @@ COVERED_BY: dict[str, str] = {
     "K30": "TestK08CompletionForAnAbortedRequest: aborts while loading and storing release everything",
 }
 
+# Gated in vLLM's scheduler only (kvoffload.gates): the simulator runs one connector per engine.
+VLLM_ONLY: dict[str, str] = {
+    "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
+           "peer); the simulator runs one connector per engine",
+}
+
 # Needs something this project does not model: one line each, no test that cannot fail.
 NO_GATE: dict[str, str] = {
     "K12": "needs a real GPU and copy streams; the CPU model copies after the forward on purpose, and "
            "tests/worker/test_cuda.py checks stream ordering where a GPU exists",
-    "K13": "MultiConnector / P-D composition is not modelled (one connector per engine)",
     "K15": "a window's store horizon matters only where a full-attention chunk spans several window "
            "blocks (groups with different block sizes); the engine gives every group one block size, so "
            "every window chunk holds a segment's tail and is stored",

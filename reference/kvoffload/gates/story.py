@@ -53,7 +53,7 @@ def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache
             forget_free_blocks(scheduler.kv_cache_manager.block_pool)
 
     built = VllmSchedulerReplay(requests, config, ConnectorLoad(connector.source, connector.preset, connector.disabled),
-                                on_step=on_step, max_steps=MAX_STEPS)
+                                on_step=on_step, max_steps=MAX_STEPS, step_bound_s=connector.step_bound_s)
     replays.append(built)
     try:
         if reference_only and getattr(built.scheduler.connector, "core", None) is None:
@@ -75,8 +75,10 @@ def forget_free_blocks(pool) -> None:
 
 LIFECYCLE = "needs the reference manager's lifecycle record (strict mode); this connector has none"
 # vLLM's CPU offloading worker asserts that every copy succeeded (``offloading/worker.py``): a copy
-# that fails is a crash by design there, not a bug a gate can name.
-FAILING_COPIES = "needs a tier whose copies can fail: vLLM's offloading worker asserts every copy succeeded"
+# that fails is a crash by design there, not a bug a gate can name. SimpleCPU's worker has no
+# failure to report at all (a CUDA copy either runs or faults the device).
+FAILING_COPIES = ("needs a tier whose copies can fail and be reported: vLLM's offloading worker asserts every copy "
+                  "succeeded, SimpleCPU's reports none")
 
 
 def fail_first(kind: TransferKind):
@@ -103,8 +105,10 @@ def poisoned(record) -> list[tuple[str, int, int]]:
     return [(p.req_id, p.chunk, p.bad_slots) for p in record.poisoned]
 
 
-def clean(record) -> bool:
-    """No crash, no poisoned load, nothing stuck or leaked.
+def assert_clean(record, *, finished: int | None = None) -> None:
+    """No crash, no poisoned load, nothing stuck or leaked (and ``finished`` requests finished),
+    or an AssertionError naming what was seen: the crash and the connector's frame, each poisoned
+    load as request, step, chunk and bad slots, the stuck and leaked request ids.
 
     Lifecycle violations are left to K01's gate, which asserts them itself: a submit-side call
     after ``on_request_finished`` is K01's bug, and only a manager that keeps per-request state
@@ -112,4 +116,31 @@ def clean(record) -> bool:
     of every story here, keeps none (0.26.0's ``kv_offload/cpu/manager.py`` inherits a no-op
     ``on_request_finished``), so counting the violations in every gate made the 0.26 preset fail
     six gates that vLLM 0.26.0 passes (docs/fidelity.md, "The gates of a preset")."""
-    return (record.crash, record.poisoned, record.stuck_requests, tuple(record.leaked_requests)) == (None, [], (), ())
+    found = record.problems()
+    if finished is not None and record.finished_requests != finished:
+        found.append(f"{record.finished_requests} of {finished} requests finished")
+    if found:
+        raise AssertionError("; ".join(found))
+
+
+def assert_whole_prompt_served(record, tokens: int, connector_at_least: int) -> None:
+    """The GPU prefix cache and the connector together gave back ``tokens`` tokens at first
+    admissions, the connector at least ``connector_at_least`` of them (which cache keeps the
+    head of a prefix depends on the connector: one that pins blocks while it copies them changes
+    what the GPU cache evicts first)."""
+    gpu, connector = record.gpu_hit_tokens, record.connector_hit_tokens_admitted
+    if gpu + connector != tokens or connector < connector_at_least:
+        raise AssertionError(f"expected {tokens} tokens back, at least {connector_at_least} from the connector; "
+                             f"served {gpu} from the GPU cache + {connector} from the connector")
+
+
+def assert_served(record, connector: int, gpu: int | None = None) -> None:
+    """The tokens the connector supplied at first admissions (and the GPU prefix cache's), as
+    expected versus served."""
+    expected = (connector,) if gpu is None else (gpu, connector)
+    served = ((record.connector_hit_tokens_admitted,) if gpu is None
+              else (record.gpu_hit_tokens, record.connector_hit_tokens_admitted))
+    if served != expected:
+        names = "connector" if gpu is None else "GPU-cache + connector"
+        raise AssertionError(f"expected {' + '.join(map(str, expected))} {names} hit tokens, served "
+                             f"{' + '.join(map(str, served))}")

@@ -7,7 +7,7 @@ import pytest
 
 from kvoffload.core.manager import LookupResult
 from kvoffload.engine.requests import RequestSpec
-from kvoffload.gates.story import TINY, clean, follow_up, poisoned, replay, tokens
+from kvoffload.gates.story import TINY, assert_clean, assert_served, follow_up, replay, tokens
 
 
 class TestK06CursorWaitsForHashes:
@@ -21,8 +21,8 @@ class TestK06CursorWaitsForHashes:
         a = RequestSpec("A", tokens(1, 8), tokens(2, 13), accept_counts=(5,))
         record, _ = replay(kv_connector, [a, follow_up(a)], TINY.replace(spec_tokens=5),
                            forget_gpu_cache_before=tuple(range(1, 12)))
-        assert clean(record)
-        assert record.connector_hit_tokens_admitted == 20
+        assert_clean(record)
+        assert_served(record, connector=20)
 
 
 class TestK07AbortOfAQueuedRequest:
@@ -35,7 +35,7 @@ class TestK07AbortOfAQueuedRequest:
                     RequestSpec("Q", tokens(3, 16), tokens(4, 4), abort_after_steps=1)]
         record, _ = replay(kv_connector, requests, TINY.replace(max_num_seqs=1))
         assert record.crash is None
-        assert clean(record) and record.finished_requests == 2
+        assert_clean(record, finished=2)
 
     @pytest.mark.parametrize("budget", [6, 7])
     def test_abort_mid_prefill_stores_only_computed_tokens(self, kv_connector, budget):
@@ -45,8 +45,7 @@ class TestK07AbortOfAQueuedRequest:
         a = RequestSpec("A", tokens(1, 40), tokens(2, 2), abort_after_steps=1)
         c = RequestSpec("C", a.prompt_token_ids + tokens(3, 4), tokens(4, 2), arrival_step=5)
         record, _ = replay(kv_connector, [a, c], TINY.replace(max_num_batched_tokens=budget, max_num_seqs=2))
-        assert poisoned(record) == []
-        assert clean(record)
+        assert_clean(record)
 
 
 class TestK08CompletionForAnAbortedRequest:
@@ -62,8 +61,8 @@ class TestK08CompletionForAnAbortedRequest:
         d = RequestSpec("D", tokens(5, 12), tokens(6, 8), arrival_step=6, abort_after_steps=2)
         record, _ = replay(kv_connector, [a, c, d], TINY.replace(scheduling=scheduling, store_completion_steps=3),
                            forget_gpu_cache_before=(3,))
-        assert record.connector_hit_tokens_admitted == 8  # C's load was built
-        assert clean(record) and record.finished_requests == 3
+        assert_served(record, connector=8)  # C's load was built
+        assert_clean(record, finished=3)
 
 
 class TestK09PreemptedStoresAreFlushed:
@@ -80,8 +79,7 @@ class TestK09PreemptedStoresAreFlushed:
         record, _ = replay(kv_connector, [a, b], TINY.replace(gpu_blocks=9, scheduling=scheduling,
                                                               store_completion_steps=2))
         assert record.preemptions >= 1  # vLLM 0.25-0.29 preempt B twice here
-        assert poisoned(record) == []
-        assert clean(record)
+        assert_clean(record)
 
 
 class TestK10NoLoadWhileStoresAreInFlight:
@@ -105,7 +103,7 @@ class TestK10NoLoadWhileStoresAreInFlight:
                            prepare=pending_reads_as_miss,
                            reference_only="needs a tier that reads pending chunks as absent (the reference manager's "
                                           "lookup); this connector's tier answers them itself")
-        assert clean(record) and record.finished_requests == 3
+        assert_clean(record, finished=3)
         assert record.preemptions >= 1
         assert record.connector_stats["load_jobs"] == 1  # R's chunks 0-1, once its stores were reported
 
@@ -121,7 +119,7 @@ class TestK11CursorAfterPreemption:
                     for i in range(3)]
         record, _ = replay(kv_connector, requests, config)
         assert record.preemptions >= 1
-        assert clean(record) and record.finished_requests == 3
+        assert_clean(record, finished=3)
 
 
 class TestK14DuplicateBlockIdsInTheFence:
@@ -143,4 +141,4 @@ class TestK20ResetForgetsRequestJobs:
         record, _ = replay(kv_connector, requests, TINY.replace(gpu_blocks=9, store_completion_steps=4),
                            reset_cache_before=(3,))
         assert record.preemptions >= 1
-        assert clean(record) and record.finished_requests == 2
+        assert_clean(record, finished=2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.engine.requests import RequestSpec
-from kvoffload.gates.story import TINY, clean, replay, tokens
+from kvoffload.gates.story import TINY, assert_clean, replay, tokens
 from kvoffload.gates.test_k21_k30_tier import _not_modelled
 
 DECLINES = "needs a tier whose allocation fails on demand: the reference's manager or vLLM's CPU manager"
@@ -55,7 +55,7 @@ class TestK14StaleWindowBlockIsNotStored:
         config = TINY.replace(model="gpt-oss-tiny", prefix_cache_retention_interval=None, gpu_blocks=10)
         record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,),
                            prepare=declines_stores_of("A", until_step=5))
-        assert clean(record) and record.finished_requests == 3
+        assert_clean(record, finished=3)
 
 
 class TestK14WindowBlockFencedWhileItsStoreWaits:
@@ -72,7 +72,7 @@ class TestK14WindowBlockFencedWhileItsStoreWaits:
                     RequestSpec("C", tokens(1, 16) + tokens(5, 4), tokens(6, 2), arrival_step=20)]
         config = TINY.replace(model="gpt-oss-tiny", gpu_blocks=13, scheduling="sync")
         record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,))
-        assert clean(record) and record.finished_requests == 3
+        assert_clean(record, finished=3)
         # C's load happened (chunks 0-2 of both groups; the releases up to 0.29, which stored every
         # window chunk, serve chunk 3 too)
         assert record.connector_hit_tokens_admitted >= 12

@@ -37,7 +37,7 @@ from kvoffload.choice import REFERENCE, STOCK, check_source
 from kvoffload.core.model import GroupKind
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
-from kvoffload.vllm.compat import allocate_kv_caches, use_kv_cache_layout
+from kvoffload.vllm.compat import allocate_kv_caches, own_storage_per_layer, use_kv_cache_layout
 from kvoffload.vllm.settings import refuse_unhonoured
 
 TINY_MODEL_DIR = Path(__file__).with_name("tiny_llama")
@@ -60,17 +60,43 @@ TINY_CONTEXT = 65536
 @dataclass(frozen=True)
 class ConnectorLoad:
     """How vLLM loads the connector under test: ``stock`` (vLLM's OffloadingConnector with the
-    torch-copy spec), ``reference`` (``kvoffload.vllm.connector``) or ``MODULE:CLASS`` (any
-    connector class; it receives the reference connector's options)."""
+    torch-copy spec), ``reference`` (``kvoffload.vllm.connector``), a foreign connector's name or
+    class path (``foreign.py``: its own options, CPU stand-ins for its GPU calls), ``MODULE:CLASS``
+    (any connector class; it receives the reference connector's options), or ``A+B``: vLLM's
+    ``MultiConnector`` of each part, in that order. ``storage_dir``: the folder a disk connector
+    keeps its files in."""
 
     source: str
     preset: str | None = None
     disabled: tuple[str, ...] = ()
+    storage_dir: str | None = None
 
     def __post_init__(self) -> None:
         check_source(self.source, self.preset, self.disabled)
 
+    @property
+    def parts(self) -> tuple["ConnectorLoad", ...]:
+        """The composed connector's parts (one: this connector itself)."""
+        if "+" not in self.source:
+            return (self,)
+        return tuple(ConnectorLoad(part, self.preset if part == REFERENCE else None,
+                                   self.disabled if part == REFERENCE else (), self.storage_dir)
+                     for part in self.source.split("+"))
+
     def transfer_config(self, engine: EngineConfig, transfer: str) -> KVTransferConfig:
+        if len(self.parts) > 1:
+            children = [{"kv_connector": c.kv_connector, "kv_role": c.kv_role,
+                         "kv_connector_extra_config": c.kv_connector_extra_config,
+                         **({"kv_connector_module_path": c.kv_connector_module_path}
+                            if c.kv_connector_module_path else {})}
+                        for c in (part.transfer_config(engine, transfer) for part in self.parts)]
+            return KVTransferConfig(kv_connector="MultiConnector", kv_role="kv_both",
+                                    kv_connector_extra_config={"connectors": children})
+        family = self.family
+        if family is not None:
+            module, _, name = (self.source if ":" in self.source else family.class_path).partition(":")
+            return KVTransferConfig(kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
+                                    kv_connector_extra_config=family.extra_config(engine, self.storage_dir))
         common = {"blocks_per_chunk": engine.blocks_per_chunk, "offload_prompt_only": engine.offload_prompt_only,
                   "transfer": transfer, "completion_steps": engine.store_completion_steps}
         if not engine.kv_model.is_dense:  # the reference connector checks it against vLLM's groups
@@ -98,6 +124,48 @@ class ConnectorLoad:
         return KVTransferConfig(kv_connector=name, kv_connector_module_path=module, kv_role="kv_both",
                                 kv_connector_extra_config=extra)
 
+    @property
+    def family(self):
+        """The foreign connector family this (single) source names (``foreign.py``), or None."""
+        from kvoffload.vllm.foreign import family_of
+
+        return None if "+" in self.source else family_of(self.source)
+
+    @property
+    def refused(self) -> dict[str, str]:
+        """Engine settings this connector (any of its parts) cannot honour, beyond the engine's."""
+        from kvoffload.vllm.settings import REFUSED_FOR_STOCK
+
+        refused: dict[str, str] = {}
+        for part in self.parts:
+            family = part.family
+            refused.update(family.refused if family is not None else REFUSED_FOR_STOCK if part.source == STOCK else {})
+        return refused
+
+    @property
+    def standins(self):
+        """What puts the CPU stand-ins in place for every part that needs them, or None."""
+        installers = [part.family.standins for part in self.parts
+                      if part.family is not None and part.family.standins is not None]
+        if not installers:
+            return None
+        return lambda: combined_patches(installers)
+
+    @property
+    def needs_storage(self) -> bool:
+        from kvoffload.vllm.foreign import WITH_STORAGE
+
+        return any(part.family is not None and part.family.name in WITH_STORAGE for part in self.parts)
+
+
+def combined_patches(installers):
+    from kvoffload.vllm.standins import Patches
+
+    combined = Patches()
+    for install in dict.fromkeys(installers):  # the same family twice: its names once
+        combined.merge(install())
+    return combined
+
 
 def block_bytes(block_size: int, num_layers: int = NUM_LAYERS) -> int:
     """KV bytes of one GPU block, ``num_layers`` layers (all of them by default), K and V."""
@@ -112,10 +180,15 @@ def chunk_bytes_on_host(engine: EngineConfig) -> int:
     return -(-raw // HOST_PAGE) * HOST_PAGE
 
 
-def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int) -> VllmConfig:
+def build_vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_model_len: int,
+                      load: ConnectorLoad | None = None) -> VllmConfig:
     """vLLM's config for a replay: every engine setting reaches it (or the connector's options,
-    or the replay's model and copies), or is refused here (``settings.py`` says which)."""
-    refuse_unhonoured(engine, stock=transfer_config.kv_connector == STOCK_CLASS)
+    or the replay's model and copies), or is refused here (``settings.py`` says which, and
+    ``load.refused`` what the connector cannot honour; without ``load``, stock's when the
+    transfer config is stock's)."""
+    if load is None:
+        load = ConnectorLoad(STOCK if transfer_config.kv_connector == STOCK_CLASS else REFERENCE)
+    refuse_unhonoured(engine, load.refused, f"--connector {load.source}")
     try:
         connector_class = KVConnectorFactory.get_connector_class(transfer_config)
     except (ImportError, AttributeError) as error:
@@ -219,11 +292,37 @@ def build_scheduler(config: VllmConfig, kv_cache_config):
                    block_size=config.cache_config.block_size)
 
 
-def build_worker_side(config: VllmConfig, kv_cache_config):
+def build_worker_side(config: VllmConfig, kv_cache_config, standins=None, completion_steps: int = 1):
     """vLLM's paged KV tensors (one buffer, a strided view per layer) and the connector's
-    worker role registered on them, as ``GPUModelRunner.initialize_kv_cache`` does."""
+    worker role registered on them, as ``GPUModelRunner.initialize_kv_cache`` does.
+
+    ``standins`` (a foreign family's, ``foreign.py``) puts the CPU stand-ins in place of the
+    worker's GPU calls first; the connector then carries its copy timeline
+    (``kvoffload_timeline``, which ``connector_parts`` reads) and the replaced names
+    (``kvoffload_patches``, undone by ``release_worker_side``)."""
+    from kvoffload.vllm.standins.timeline import CopyTimeline, active
+
     kv_caches = allocate_kv_caches(config, kv_cache_config)
-    with set_current_vllm_config(config):
-        connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
-        connector.register_kv_caches(kv_caches)
+    timeline = CopyTimeline(completion_steps)
+    patches = standins() if standins is not None else None
+    try:
+        with set_current_vllm_config(config), active(timeline):
+            connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
+            connector.register_kv_caches(kv_caches if patches is None else own_storage_per_layer(kv_caches))
+    except BaseException:
+        if patches is not None:
+            patches.undo()
+        raise
+    if patches is not None:
+        connector.kvoffload_timeline, connector.kvoffload_patches = timeline, patches
     return kv_caches, connector
+
+
+def release_worker_side(connector) -> None:
+    """Stop the worker connector and take its stand-ins out again."""
+    try:
+        connector.shutdown()
+    finally:
+        patches = getattr(connector, "kvoffload_patches", None)
+        if patches is not None:
+            patches.undo()

@@ -205,8 +205,8 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         return self.core.get_num_new_matched_tokens(self._view(request), num_computed_tokens)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
-        block_ids = () if not num_external_tokens else (
-            blocks.get_block_ids() if self._hybrid else blocks.get_block_ids()[0])
+        # Every allocation reaches the fence, with external tokens or without (K13).
+        block_ids = blocks.get_block_ids() if self._hybrid else blocks.get_block_ids()[0]
         self.core.update_state_after_alloc(self._view(request), block_ids, num_external_tokens)
 
     def build_connector_meta(self, scheduler_output) -> StepPlanMetadata:

@@ -35,10 +35,14 @@ from vllm.distributed.kv_transfer import get_kv_transfer_group
 from vllm.inputs import TokensPrompt
 
 from kvoffload.core.types import ConfigError
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, StepBound, bound_methods
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for every engine
 from kvoffload.engine.record import RunRecord
 from kvoffload.engine.set_order import HASH_SEED, process_hash_seed_is
+from kvoffload.vllm.build import ConnectorLoad
+from kvoffload.vllm.foreign import check_runs_here
 from kvoffload.vllm.geometry import ModelChoice, engine_geometry
 from kvoffload.vllm.llm_start import OFF, shut_down, start_engine, transfer_config
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
@@ -69,15 +73,35 @@ class ModelRun:
 
 
 def run_on_model(requests, workload_engine: EngineConfig, source: str, model: ModelChoice, *, preset=None,
-                 disabled=(), on_step=None, max_steps: int | None = None) -> ModelRun:
+                 disabled=(), on_step=None, max_steps: int | None = None,
+                 step_bound_s: float | None = DEFAULT_STEP_BOUND_S, storage_dir: str | None = None) -> ModelRun:
     engine = engine_geometry(workload_engine)
     longest = max(spec.num_prompt_tokens + spec.max_tokens for spec in requests)
     slack = engine.spec_tokens + engine.block_size  # follow-ups of aborted parents run shorter, never longer
     with tempfile.TemporaryDirectory(prefix="kvoffload-model-") as weights_dir:
-        llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset, disabled),
-                                          min(longest + slack, model.max_model_len), Path(weights_dir))
+        bound = StepBound(step_bound_s)
+        bound.calls.stack.append(("vLLM's engine start (the connector's construction and register_kv_caches)", None))
         try:
-            replay = _Replay(llm, requests, engine, on_step, max_steps)
+            load = ConnectorLoad(source) if source != OFF else None
+            if load is not None:
+                check_runs_here(source)  # a GPU-only connector: one "could not start" line
+            if load is not None and load.needs_storage and storage_dir is None:
+                storage_dir = str(Path(weights_dir) / "kv-store")  # gone with the run's temporary folder
+            with bound.start():
+                llm, start_seconds = start_engine(engine, model, transfer_config(source, engine, model, preset,
+                                                                                 disabled, storage_dir),
+                                                  min(longest + slack, model.max_model_len), Path(weights_dir),
+                                                  load.standins if load is not None else None)
+        except ConfigError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the connector could not be built or registered
+            shut_down(None)
+            record = RunRecord(model_run=True, engine_settings={"model": model.label})
+            record_crash(record, error, None, starting=True)
+            return ModelRun(record, {}, engine, 0.0, UNMEASURED)
+        try:
+            bound.calls.stack.clear()
+            replay = _Replay(llm, requests, engine, on_step, max_steps, bound)
             record = replay.run()
             unmeasured = replay.unmeasured()
         finally:
@@ -87,8 +111,9 @@ def run_on_model(requests, workload_engine: EngineConfig, source: str, model: Mo
 
 
 class _Replay:
-    def __init__(self, llm, requests, engine: EngineConfig, on_step, max_steps):
+    def __init__(self, llm, requests, engine: EngineConfig, on_step, max_steps, bound: StepBound):
         self.llm, self.engine, self.on_step, self.max_steps = llm, engine, on_step, max_steps
+        self.bound = bound
         self.specs = {spec.req_id: spec for spec in requests}
         self.actual: dict = {}  # req_id -> the spec with its actual prompt (the ledger reads them)
         self.outcomes: dict[str, RequestOutcome] = {}
@@ -115,6 +140,8 @@ class _Replay:
             timed_methods(self.worker, WORKER_CALLS, self._timings)
             self.ledger = AdmissionLedger(engine.block_size, engine.blocks_per_chunk, self.record, self.actual)
             self.ledger.attach(self.connector)  # outside the timing: its own cost is not the connector's
+            bound_methods(self.connector, SCHEDULER_CALLS, bound.calls)  # which call a hang is in
+            bound_methods(self.worker, WORKER_CALLS, bound.calls)
         self.store_delays = None
         handler = transfer_handler(self.worker)
         if handler is not None and not llm.vllm_config.scheduler_config.async_scheduling:
@@ -125,18 +152,19 @@ class _Replay:
     def run(self) -> RunRecord:
         started = time.perf_counter()
         try:
-            while self._arrivals or self.llm.has_unfinished_requests():
-                if self.max_steps is not None and self._step >= self.max_steps:
-                    self.record.max_steps_reached = True
-                    break
-                if self._quiet_steps >= STUCK_AFTER_STEPS:
-                    break
-                self._one_step()
-            self.record.wall_seconds = time.perf_counter() - started
-            self._drain()
-        except (AssertionError, KeyError, ValueError, RuntimeError) as error:
-            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
-            self.record.crash_step = self._step
+            with self.bound.watching():
+                while self._arrivals or self.llm.has_unfinished_requests():
+                    if self.max_steps is not None and self._step >= self.max_steps:
+                        self.record.max_steps_reached = True
+                        break
+                    if self._quiet_steps >= STUCK_AFTER_STEPS:
+                        break
+                    self.bound.at(self._step)
+                    self._one_step()
+                self.record.wall_seconds = time.perf_counter() - started
+                self._drain()
+        except Exception as error:  # noqa: BLE001 - whatever a connector raises is its crash (engine/crashes.py)
+            record_crash(self.record, error, self._step)
             self.record.wall_seconds = time.perf_counter() - started
         if self.record.crash is None:
             self.record.stuck_requests = tuple(r for r in self.outcomes if r not in self._finished)
@@ -152,6 +180,7 @@ class _Replay:
             if not self.scheduler.has_requests():
                 break
             wait_for_unreported_copies(self.worker)
+            self.bound.at(self._step + index)
             self._engine_step(self._step + index)
 
     def _engine_step(self, step: int):
@@ -305,15 +334,16 @@ class _Finished:
 
 
 def replay_pinned(requests, engine: EngineConfig, load: tuple, model: ModelChoice, want_baseline: bool,
-                  max_steps: int | None, *, on_step=None) -> tuple[ModelRun, ModelRun | None]:
+                  max_steps: int | None, step_bound_s: float | None = DEFAULT_STEP_BOUND_S, *,
+                  on_step=None) -> tuple[ModelRun, ModelRun | None]:
     """One run with ``load`` (source, preset, disabled fixes), then, if wanted and the run did not
     crash, the oracle's offload-off run; ``VllmEngine`` calls it under the pinned hash seed."""
-    source, preset, disabled = load
+    source, preset, disabled, storage_dir = load
     run = run_on_model(requests, engine, source, model, preset=preset, disabled=disabled, on_step=on_step,
-                       max_steps=max_steps)
+                       max_steps=max_steps, step_bound_s=step_bound_s, storage_dir=storage_dir)
     if not want_baseline or run.record.crash is not None:
         return run, None
-    return run, run_on_model(requests, engine, OFF, model, max_steps=max_steps)
+    return run, run_on_model(requests, engine, OFF, model, max_steps=max_steps, step_bound_s=step_bound_s)
 
 
 class VllmEngine:
@@ -332,6 +362,7 @@ class VllmEngine:
 
     unmeasured = UNMEASURED
     recorded = {"python_hash_seed": HASH_SEED}  # goes into the result's config
+    step_bound_s: float | None = DEFAULT_STEP_BOUND_S
 
     def __init__(self, model: str | None = None, oracle: bool = True, baselines: dict | None = None) -> None:
         self.model = ModelChoice.named(model)
@@ -348,8 +379,8 @@ class VllmEngine:
         key = (workload.name, workload.seed, str(workload.source))
         want_baseline = choice.source != OFF and self.oracle and key not in self.baselines
         run, baseline = call_pinned(replay_pinned, workload.requests, workload.engine,
-                                    (choice.source, choice.preset, choice.disabled), self.model, want_baseline,
-                                    max_steps, on_step=on_step)
+                                    choice.load(), self.model, want_baseline,
+                                    max_steps, self.step_bound_s, on_step=on_step, bound_s=self.step_bound_s)
         self.last_run = run
         self.unmeasured = run.unmeasured  # this instance serves one replay (engines.engine_named)
         run.record.engine_start_seconds = run.start_seconds

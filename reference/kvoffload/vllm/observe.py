@@ -39,6 +39,8 @@ class AdmissionLedger:
         self.record = record
         self.specs = specs
         self.loaded_tokens = 0  # connector hits vLLM accepted, i.e. positions loads will write
+        self.sync_loads: set[str] = set()  # admitted with a load the connector makes before the forward
+        self._async_at_lookup: dict[str, bool] = {}
         self.pending_loads: dict[str, tuple[int, int]] = {}  # request -> positions its load writes
         self._load_from: dict[str, int] = {}  # request -> where its latest connector load starts
         self.first_admission: dict[str, tuple[int, int]] = {}  # request -> (GPU hit, connector hit)
@@ -52,6 +54,7 @@ class AdmissionLedger:
         def observed_lookup(request, num_computed_tokens, *args, **kwargs):
             hits, is_async = lookup(request, num_computed_tokens, *args, **kwargs)
             self._local_at_lookup[request.request_id] = num_computed_tokens
+            self._async_at_lookup[request.request_id] = bool(is_async)
             if hits is not None:
                 self.record.connector_lookups += 1
                 self.record.connector_lookup_tokens += request.num_tokens - num_computed_tokens
@@ -78,6 +81,8 @@ class AdmissionLedger:
         record.admission_hit_tokens += num_external
         if num_external:
             self.pending_loads[req_id] = (num_local, num_local + num_external)
+            if not self._async_at_lookup.get(req_id, True):
+                self.sync_loads.add(req_id)
             self._load_from[req_id] = num_local
             self.loaded_tokens += num_external
         if req_id in self.first_admission:
@@ -156,3 +161,17 @@ class StoreSubmitDelays:
             return submit(job)
 
         handler.submit_store = observed
+
+    def attach_block_copies(self, backend) -> None:
+        """A connector that stores single blocks through a copy backend (SimpleCPU's
+        ``DmaCopyBackend.launch_copy(src_blocks, dst_blocks, is_store, ...)``): each stored GPU
+        block counts as one chunk."""
+        launch = backend.launch_copy
+
+        def observed(src_blocks, dst_blocks, is_store, *args, **kwargs):
+            if is_store:
+                full_at = self._full_at
+                self.record.store_submit_delays.extend(self.step - full_at.get(int(b), self.step) for b in src_blocks)
+            return launch(src_blocks, dst_blocks, is_store, *args, **kwargs)
+
+        backend.launch_copy = observed

@@ -19,22 +19,25 @@ arrives ``think_steps`` steps after the step that finished its parent.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import random
+import tempfile
 import time
 from collections import defaultdict
 
-import numpy as np
 from vllm import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.outputs import DraftTokenIds, KVConnectorOutput, ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds
 from vllm.v1.request import Request, RequestStatus
 
 from kvoffload.core.types import ConfigError
+from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, ConnectorTimeout, StepBound, bound_methods, deadline
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.crashes import record_crash
 from kvoffload.engine.engine import STUCK_AFTER_STEPS  # one definition of "stuck" for both engines
-from kvoffload.engine.record import PoisonedLoad, RunRecord
+from kvoffload.engine.record import RunRecord
 from kvoffload.engine.watchdog import ProgressWatchdog
 from kvoffload.vllm.build import (
     ConnectorLoad,
@@ -42,9 +45,13 @@ from kvoffload.vllm.build import (
     build_scheduler,
     build_vllm_config,
     build_worker_side,
+    release_worker_side,
 )
-from kvoffload.vllm.connector_parts import copy_hook, tracked_requests, transfer_handler, wait_for_unreported_copies
-from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, poisoned_chunks, write_positions
+from kvoffload.vllm.connector_parts import (block_copy_backend, tracked_requests, transfer_handler,
+                                            wait_for_unreported_copies)
+from kvoffload.vllm.fake_worker import FakeWorker
+from kvoffload.vllm.foreign import check_runs_here
+from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
 
@@ -67,23 +74,38 @@ UNMEASURED = ("fence_violations", *STORE_SUBMIT_DELAYS,
               "invariant_violations", "last_chunk_offloaded_rate")
 
 
-class VllmSchedulerReplay:
+class VllmSchedulerReplay(FakeWorker):
     def __init__(self, requests, engine: EngineConfig, load: ConnectorLoad, *, transfer: str = "stepped",
-                 on_step=None, max_steps: int | None = None, reset_cache_at=()):
+                 on_step=None, max_steps: int | None = None, reset_cache_at=(),
+                 step_bound_s: float | None = DEFAULT_STEP_BOUND_S):
+        check_runs_here(load.source)  # a GPU-only connector: one "could not start" line
+        self.bound = StepBound(step_bound_s)  # a connector call that never returns stops the run, named
         self.engine = engine
         self._reset_at = frozenset(reset_cache_at)  # a workload's [resets], as the simulator's
-        self.load = load
         self.on_step = on_step
         self.max_steps = max_steps
+        self._storage = None  # a disk connector's folder when the caller gave none (gone at close)
+        if load.needs_storage and load.storage_dir is None:
+            self._storage = tempfile.TemporaryDirectory(prefix="kvoffload-kv-store-")
+            load = dataclasses.replace(load, storage_dir=self._storage.name)
+        self.load = load
         self.specs = {spec.req_id: spec for spec in requests}
         if len(self.specs) != len(requests):
             raise ConfigError("request ids must be unique")
         longest = max(spec.num_prompt_tokens + spec.max_tokens + EOS_SLACK for spec in requests)
         self.config = build_vllm_config(engine, load.transfer_config(engine, transfer),
-                                        longest + engine.spec_tokens + engine.block_size)
+                                        longest + engine.spec_tokens + engine.block_size, load)
         kv_cache_config = build_kv_cache_config(self.config, engine)
-        self.scheduler = build_scheduler(self.config, kv_cache_config)
-        self.kv_caches, self.worker = build_worker_side(self.config, kv_cache_config)
+        self.bound.calls.stack.append(("the connector's construction and register_kv_caches", None))
+        with self.bound.start():
+            self.scheduler = build_scheduler(self.config, kv_cache_config)
+            try:
+                self.kv_caches, self.worker = build_worker_side(self.config, kv_cache_config, load.standins,
+                                                                engine.store_completion_steps)
+            except BaseException:
+                self.scheduler.shutdown()
+                raise
+        self.bound.calls.stack.clear()
         # Fingerprint cells per KV cache group, each written with its salt (engine/oracle.py).
         self.group_cells = [FingerprintCells({name: self.kv_caches[name] for name in group.layer_names})
                             for group in kv_cache_config.kv_cache_groups]
@@ -97,10 +119,14 @@ class VllmSchedulerReplay:
         timed_methods(connector, SCHEDULER_CALLS, self._timings)
         timed_methods(self.worker, WORKER_CALLS, self._timings)
         self.ledger.attach(connector)  # outside the timing: its own cost is not the connector's
+        bound_methods(connector, SCHEDULER_CALLS, self.bound.calls)  # which call a hang is in
+        bound_methods(self.worker, WORKER_CALLS, self.bound.calls)
         self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
-        handler = transfer_handler(self.worker)
+        handler, backend = transfer_handler(self.worker), block_copy_backend(self.worker)
         if handler is not None:
             self.store_delays.attach(handler)
+        elif backend is not None:
+            self.store_delays.attach_block_copies(backend)
         init_none_hash(sha256)
         self._hasher = get_request_block_hasher(engine.block_size, sha256)
         self._arrivals: list[tuple[int, int, str]] = sorted(
@@ -132,26 +158,32 @@ class VllmSchedulerReplay:
         gc.collect()
         gc.freeze()
         started = time.perf_counter()
-        idle = 0
         try:
-            while (self._arrivals or self.scheduler.has_requests() or self._pending is not None
-                   or wait_for_unreported_copies(self.worker)):
-                if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
-                    self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
-                    break
-                if self.record.livelock is not None:
-                    break
-                progressed = self._one_step() or wait_for_unreported_copies(self.worker)
-                idle = 0 if progressed or self._arrivals else idle + 1
-                if self.on_step is not None:
-                    self.on_step(self._step, len(self._finished))
-        except (AssertionError, KeyError, ValueError, RuntimeError) as error:
-            self.record.crash = f"{type(error).__name__}: {error}".replace("\n", " ")
-            self.record.crash_step = self._step
+            with self.bound.watching():
+                self._loop()
+        except ConfigError:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever a connector raises is its crash (engine/crashes.py)
+            record_crash(self.record, error, self._step)
         finally:
             gc.unfreeze()
         self._finish_record(time.perf_counter() - started)
         return self.record
+
+    def _loop(self) -> None:
+        idle = 0
+        while (self._arrivals or self.scheduler.has_requests() or self._pending is not None
+               or wait_for_unreported_copies(self.worker)):
+            if (self.max_steps is not None and self._step >= self.max_steps) or idle >= STUCK_AFTER_STEPS:
+                self.record.stuck_requests = tuple(r for r in self._requests if r not in self._finished)
+                break
+            if self.record.livelock is not None:
+                break
+            self.bound.at(self._step)
+            progressed = self._one_step() or wait_for_unreported_copies(self.worker)
+            idle = 0 if progressed or self._arrivals else idle + 1
+            if self.on_step is not None:
+                self.on_step(self._step, len(self._finished))
 
     def _one_step(self) -> bool:
         step = self._step
@@ -220,104 +252,6 @@ class VllmSchedulerReplay:
                 index -= 1
             self._arrivals.insert(index, (arrival, self._order, child))
 
-    # ---- the fake worker ----------------------------------------------------------------------
-
-    def _execute(self, step: int, scheduler_output):
-        worker, bs = self.worker, self.engine.block_size
-        meta = scheduler_output.kv_connector_metadata
-        self.store_delays.step = step
-        worker.handle_preemptions(meta)  # may submit the previous step's deferred stores
-        computed = self.tables.update(scheduler_output)
-        self.store_delays.allocated(scheduler_output)
-        worker.bind_connector_metadata(meta)
-        writes, accepted = [], {}
-        self._written_ends = []
-        drafts_of = scheduler_output.scheduled_spec_decode_tokens
-        fresh = {new.req_id for new in scheduler_output.scheduled_new_reqs}
-        fresh.update(scheduler_output.scheduled_cached_reqs.resumed_req_ids)
-        in_flight = self._in_flight(fresh)
-        for req_id, count in scheduler_output.num_scheduled_tokens.items():
-            produced, rejected = in_flight.get(req_id, (0, 0))
-            sequence, start = self._sequences[req_id], computed[req_id] - rejected
-            drafts = len(drafts_of.get(req_id, ()))
-            real = count - drafts
-            values = sequence.written(start, real)
-            if drafts:  # a request admitted this step has padding, never accepted (pad_spec_decode)
-                accepted[req_id] = 0 if req_id in fresh else self._accepted_drafts(req_id, drafts, produced)
-                values = np.concatenate([values, np.asarray(sequence.draft_fingerprints(
-                    start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
-            writes.append((req_id, start, values))
-            self._written_ends.append((req_id, start + real))
-            for table in self.tables.groups[req_id]:
-                self.store_delays.written(step, table, start, start + real + accepted.get(req_id, 0))
-            self.record.scheduled_tokens += count
-        for group, cells in enumerate(self.group_cells):
-            write_positions(cells, [(self.tables.groups[req_id][group], start, values)
-                                    for req_id, start, values in writes], bs, group)
-        worker.start_load_kv(None)
-        worker.wait_for_save()
-        copy_hook(worker)()
-        _, recving = worker.get_finished(scheduler_output.finished_req_ids)
-        # Failed loads' blocks travel with the pass that reports the load, as vLLM's runner
-        # carries them (kv_connector_model_runner_mixin.py): its scheduler recomputes them or
-        # fails the request (kv_load_failure_policy), so their garbage is never read.
-        invalid = worker.get_block_ids_with_load_errors()
-        for req_id in sorted(recving or ()):
-            self._check_load(step, req_id, invalid)
-        kv_output = KVConnectorOutput(finished_recving=recving or None, invalid_block_ids=invalid,
-                                      kv_connector_worker_meta=worker.build_connector_worker_meta())
-        worker.clear_connector_metadata()
-        req_ids = list(scheduler_output.num_scheduled_tokens)
-        output = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
-                                   sampled_token_ids=[], logprobs=None, prompt_logprobs_dict={}, pooler_output=[],
-                                   kv_connector_output=kv_output)
-        # Which requests sample is fixed now (a partial prefill chunk does not).
-        samples = {r for r in req_ids if not self._requests[r].is_prefill_chunk}
-        return step, scheduler_output, output, samples, accepted
-
-    def _in_flight(self, fresh: set[str]) -> dict[str, tuple[int, int]]:
-        """Async: per request scheduled again, the tokens the step still in flight produces and
-        the drafts it rejected. The scheduler counted those drafts as computed; vLLM's GPU model
-        runner corrects its positions by the previous step's rejections
-        (``GPUModelRunner._update_states``, ``prev_num_draft_len``)."""
-        if self._pending is None:
-            return {}
-        _, previous, _, samples, accepted = self._pending
-        drafts = previous.scheduled_spec_decode_tokens
-        return {req_id: (accepted.get(req_id, 0) + 1, len(drafts.get(req_id, ())) - accepted.get(req_id, 0))
-                for req_id in samples if req_id not in fresh}
-
-    def _accepted_drafts(self, req_id: str, drafts: int, in_flight: int) -> int:
-        """The workload's scripted acceptance (else the seeded model), capped so that the bonus
-        token stays inside the script, counting the ``in_flight`` tokens of the step not yet
-        processed (the simulator's rule, ``LiveRequest.accepted_drafts``)."""
-        spec, request = self.specs[req_id], self._requests[req_id]
-        counts = spec.accept_counts
-        if counts:
-            accepted = counts[self._spec_steps[req_id] % len(counts)]
-        else:
-            accepted = 0
-            while accepted < drafts and self.rng.random() < self.engine.spec_acceptance:
-                accepted += 1
-        self._spec_steps[req_id] += 1
-        return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - in_flight - 1))
-
-    def _check_load(self, step: int, req_id: str, invalid: set[int]) -> None:
-        """The load landed: every slot it wrote must hold the fingerprint of its true prefix,
-        unless the worker reported its blocks failed (vLLM does not count them computed)."""
-        claim = self.ledger.pending_loads.pop(req_id, None)
-        if claim is None:
-            return
-        start, end = claim
-        bs = self.engine.block_size
-        tables = self.scheduler.kv_cache_manager.get_block_ids(req_id)
-        if any(invalid.intersection(table[start // bs:-(-end // bs)]) for table in tables):
-            return
-        self.checked_load_tokens += end - start
-        for group, chunk, count in poisoned_chunks(self.group_cells, tables, self._sequences[req_id].fingerprints,
-                                                   start, end, bs, self.engine.tokens_per_chunk):
-            self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, count, group))
-
     # ---- update_from_output -------------------------------------------------------------------
 
     def _update(self, step: int, scheduler_output, output, samples, accepted) -> None:
@@ -369,12 +303,20 @@ class VllmSchedulerReplay:
 
     def close(self) -> None:
         """Stop both sides of the connector (the worker's copy threads and buffers): after a run,
-        or instead of one (a gate story skipped once the replay is built)."""
+        or instead of one (a gate story skipped once the replay is built). A connector that fails
+        to stop, or never stops, must not hide the run's result."""
         try:
-            self.scheduler.shutdown()
-        except Exception:  # noqa: BLE001 - a connector that fails to stop must not hide the run's result
+            with deadline(self.bound.seconds, lambda: "the connector's shutdown did not return"):
+                self.scheduler.shutdown()
+        except Exception:  # noqa: BLE001
             pass
-        self.worker.shutdown()
+        try:
+            with deadline(self.bound.seconds, lambda: "the connector's worker shutdown did not return"):
+                release_worker_side(self.worker)
+        except ConnectorTimeout:
+            pass
+        if self._storage is not None:
+            self._storage.cleanup()
 
     def unmeasured(self) -> tuple[str, ...]:
         """UNMEASURED, plus what this connector does not expose: lifecycle violations are the
@@ -383,7 +325,8 @@ class VllmSchedulerReplay:
         extra = () if getattr(connector, "core", None) is not None else ("lifecycle_violations",)
         if tracked_requests(connector) is None:
             extra += ("leaked_requests",)
-        measured = () if transfer_handler(self.worker) is None else STORE_SUBMIT_DELAYS  # observe.py
+        copies = transfer_handler(self.worker) or block_copy_backend(self.worker)
+        measured = () if copies is None else STORE_SUBMIT_DELAYS  # observe.py
         return tuple(name for name in UNMEASURED if name not in measured) + extra
 
     @property

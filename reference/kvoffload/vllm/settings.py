@@ -48,11 +48,12 @@ REFUSED_FOR_STOCK: dict[str, str] = {
 _DEFAULTS = {field.name: field.default for field in dataclasses.fields(EngineConfig)}
 
 
-def refuse_unhonoured(engine: EngineConfig, stock: bool) -> None:
-    """ConfigError (one line) for the first setting this engine cannot honour."""
-    refused = {**REFUSED, **REFUSED_FOR_STOCK} if stock else REFUSED
-    for name, reason in refused.items():
+def refuse_unhonoured(engine: EngineConfig, by_connector: dict[str, str] | None = None, connector: str = "") -> None:
+    """ConfigError (one line) for the first setting this engine, or the connector ``connector``
+    (``by_connector``: setting -> why, as REFUSED_FOR_STOCK), cannot honour."""
+    by_connector = by_connector or {}
+    for name, reason in {**REFUSED, **by_connector}.items():
         value = getattr(engine, name)
         if value != _DEFAULTS[name]:
-            engine_name = "vllm-scheduler with --connector stock" if name in REFUSED_FOR_STOCK else "vllm-scheduler"
+            engine_name = f"vllm-scheduler with {connector}" if name in by_connector else "vllm-scheduler"
             raise ConfigError(f"{name}={value!r} is not honoured by --engine {engine_name}: {reason}")

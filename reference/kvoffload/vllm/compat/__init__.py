@@ -20,6 +20,8 @@ API (for any module of this package, the real-model engine included)
                                              runner would allocate them
     use_kv_cache_layout(config, layout)      make the layout a connector asks for the config's
                                              (a no-op where the release has no such setting)
+    own_storage_per_layer(kv_caches)         the same KV caches as a release's model runner hands a
+                                             foreign connector: before 0.29 one allocation per layer
     offload_geometry(spec) -> (tokens per GPU block, GPU blocks per chunk, chunks on the host)
                                              of a built ``CPUOffloadingSpec``
 """
@@ -47,8 +49,10 @@ _chunk_shape = v0_26.chunk_shape_since if RELEASE >= (0, 26, 0) else v0_26.chunk
 _num_chunks = v0_30.num_chunks_since if RELEASE >= (0, 30, 0) else v0_30.num_chunks_before
 if RELEASE >= (0, 29, 0):
     allocate_kv_caches, use_kv_cache_layout = v0_29.allocate_since, v0_29.use_layout_since
+    own_storage_per_layer = v0_29.own_storage_per_layer_since
 else:
     allocate_kv_caches, use_kv_cache_layout = v0_29.allocate_before, v0_29.use_layout_before
+    own_storage_per_layer = v0_29.own_storage_per_layer_before
 
 
 
@@ -57,4 +61,4 @@ def offload_geometry(spec) -> tuple[int, int, int]:
     return tokens_per_block, blocks_per_chunk, _num_chunks(spec)
 
 
-__all__ = ["RELEASE", "allocate_kv_caches", "offload_geometry", "use_kv_cache_layout"]
+__all__ = ["RELEASE", "allocate_kv_caches", "offload_geometry", "own_storage_per_layer", "use_kv_cache_layout"]

@@ -48,6 +48,26 @@ def allocate_before(config, kv_cache_config) -> dict[str, torch.Tensor]:
     return views
 
 
+def own_storage_per_layer_since(kv_caches: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """From 0.29 every connector sees the one buffer's views, as allocated."""
+    return kv_caches
+
+
+def own_storage_per_layer_before(kv_caches: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What 0.25-0.28 handed a connector's ``register_kv_caches``: each layer a tensor of its own
+    allocation (``GPUModelRunner._allocate_kv_cache_tensors``), not a view into a shared one. The
+    same bytes as :func:`allocate_before`'s buffer (the fingerprint cells read that), seen through
+    one storage per layer: a connector that tells layers apart by their storage (SimpleCPU's
+    worker does, until 0.29) finds them as it would on a GPU."""
+    views = {}
+    for name, view in kv_caches.items():
+        start = view.storage_offset() * view.element_size()
+        whole = view.untyped_storage()
+        words = torch.empty(0, dtype=torch.uint8).set_(whole)[start:start + view.numel() * view.element_size()]
+        views[name] = torch.from_numpy(words.numpy()).view(view.dtype).view(view.shape)
+    return views
+
+
 def use_layout_since(config, layout: str) -> None:
     config.cache_config.kv_cache_layout = layout
 
