@@ -9,7 +9,8 @@ label, metrics) and only its deterministic figures, so the tables they generate
 from __future__ import annotations
 
 from kvoffload.choice import ConnectorChoice
-from kvoffload.cli.bench import TABLE_METRICS, ablation
+from kvoffload.cli.bench import TABLE_METRICS
+from kvoffload.core.fixes import ablation
 from kvoffload.core.fixes import FIX_NAMES, PRESETS
 from kvoffload.metrics import DIRECTION, MEASURED_METRICS, format_value, judge, same_value
 
@@ -25,7 +26,7 @@ def _rows(summary: dict) -> dict[tuple[str, str], dict]:
 
 def ablation_labels(fix: str) -> tuple[str, str]:
     """The bench's connector label of the run without ``fix``, and of the run it is compared
-    with: the reference, or for a fix another one hides (cli/bench.py, HIDDEN_BY) the reference
+    with: the reference, or for a fix another one hides (core/fixes.py, HIDDEN_BY) the reference
     without that other fix."""
     disabled = ablation(fix)
     return ConnectorChoice.build(disabled=disabled).label, ConnectorChoice.build(disabled=disabled[:-1]).label

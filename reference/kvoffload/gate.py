@@ -41,9 +41,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from kvoffload import gate_counts
-from kvoffload.core.fixes import PRESETS
+from kvoffload.core.fixes import PRESETS, ablation
 from kvoffload.choice import ConnectorChoice
-from kvoffload.cli.bench import ablation
 from kvoffload.gate_baseline import BASELINE, SCHEMA, number as _number, read_baseline, write_baseline
 from kvoffload.gate_signatures import MUST_BE_ZERO, collect_signatures, looks_like, poisoned_cells, replay_command
 from kvoffload.metrics import GLOSSARY, MEASURED_METRICS as MEASURED, judge, same_value
@@ -115,7 +114,7 @@ def collect(repeats: int = 1) -> dict:
 
 def ablation_metrics(workload: str, flag: str) -> dict[str, float | None]:
     """The reference's deterministic metrics on gate workload ``workload`` with fix ``flag`` off, as
-    the bench ablates it (``cli.bench.ablation``: after the fix that hides it, if any)."""
+    the bench ablates it (``core.fixes.ablation``: after the fix that hides it, if any)."""
     metrics = replay_workload(load_workload(workload), ConnectorChoice.build(None, ablation(flag))).result["metrics"]
     return {metric: _number(metrics.get(metric)) for metric in DETERMINISTIC}
 

@@ -26,8 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from kvoffload.cli.bench import ablation
-from kvoffload.core.fixes import FIX_NAMES, PRESETS
+from kvoffload.core.fixes import FIX_NAMES, PRESETS, ablation
 from kvoffload.metrics import GLOSSARY, MEASURED_METRICS, same_value
 
 REFERENCE = "reference"

@@ -12,7 +12,8 @@ import pytest
 
 from kvoffload.bench_figures import ablation_labels, moved_figures
 from kvoffload.choice import ConnectorChoice
-from kvoffload.cli.bench import BENCH_CONNECTORS, BENCH_WORKLOADS, HIDDEN_BY, TABLE_METRICS, ablation
+from kvoffload.cli.bench import BENCH_CONNECTORS, BENCH_WORKLOADS, TABLE_METRICS
+from kvoffload.core.fixes import HIDDEN_BY, ablation
 from kvoffload.core.fixes import FIX_NAMES, PRESETS
 from kvoffload.runner import replay_workload
 from kvoffload.workloads import load_workload

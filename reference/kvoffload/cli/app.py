@@ -9,16 +9,11 @@ import sys
 from typing import Sequence
 
 from kvoffload.cli import bench, compare, gate, info, releases, run, sweep
-from kvoffload.cli.flags import UsageError
-from kvoffload.core.types import ConfigError
-from kvoffload.results import ResultError
-from kvoffload.workloads import WorkloadError
+from kvoffload.cli.flags import BAD_INPUT, UsageError
 
 # Each module's register(subparsers) adds its subcommand(s), in this order in --help.
 COMMANDS = (run, bench, sweep, info, compare, gate, releases)
 
-# Everything that means "the input was wrong": one line, exit 2.
-BAD_INPUT = (UsageError, WorkloadError, ConfigError, ResultError, OSError)
 
 
 class _Parser(argparse.ArgumentParser):

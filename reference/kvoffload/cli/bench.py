@@ -9,9 +9,9 @@ from pathlib import Path
 
 from kvoffload.cli.flags import Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, check_output_dir, check_output_file
-from kvoffload.cli.bench_folders import default_out_dir, engine_folder, report_hint
+from kvoffload.cli.bench_folders import SUMMARY_SCHEMA, default_out_dir, engine_folder, report_hint
 from kvoffload.cli.run import add_step_timeout, replay, slug
-from kvoffload.core.fixes import FIX_NAMES, PRESETS
+from kvoffload.core.fixes import FIX_NAMES, PRESETS, ablation
 from kvoffload.core.types import ConfigError
 from kvoffload.cli.findings import finding_lines
 from kvoffload.engines import ENGINES, SIMULATOR, VLLM, VLLM_SCHEDULER
@@ -26,21 +26,6 @@ from kvoffload.workloads.bundled import BUNDLED_WORKLOADS, DENSE_WORKLOADS
 # ones: a real model's KV cache groups are its own, not a hybrid workload's.
 BENCH_WORKLOADS = BUNDLED_WORKLOADS
 MODEL_WORKLOADS = DENSE_WORKLOADS
-SUMMARY_SCHEMA = "kvoffload-bench/bench/v1"  # bench-summary*.json (bench_model writes the vllm engine's)
-# A fix whose bug another fix hides: switched off alone it moves nothing, because the other one
-# already stops every path to the bug. storable_within_allocated clamps a store to the request's
-# allocated blocks and known keys, but with aborted_watermark on no watermark passes them (an
-# aborted request stores up to its computed tokens, which are allocated and keyed; everyone else up
-# to tokens they hold); vLLM shipped both fixes in 0.27 (#49146, #49285), so it is ablated as
-# 0.25 and 0.26 ran: on top of aborted_watermark off (docs/fixes.md, "Each fix moves a figure").
-HIDDEN_BY = {"storable_within_allocated": "aborted_watermark"}
-
-
-def ablation(fix: str) -> tuple[str, ...]:
-    """The fixes switched off to show ``fix``: itself, after the fix that hides it, if any."""
-    return (HIDDEN_BY[fix], fix) if fix in HIDDEN_BY else (fix,)
-
-
 # (preset, disabled fixes): the reference, the reference without each fix flag in turn (every flag
 # moves a figure of the table: docs/fixes.md, "Each fix moves a figure"), every preset in release order
 BENCH_CONNECTORS = ((None, ()), *((None, ablation(fix)) for fix in FIX_NAMES), *((preset, ()) for preset in PRESETS))

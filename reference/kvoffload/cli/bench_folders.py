@@ -9,6 +9,9 @@ from pathlib import Path
 from kvoffload.cli.outputs import DEFAULT_ROOT
 from kvoffload.engines import SIMULATOR
 
+# bench-summary*.json, written by bench.py (the simulator's) and bench_model.py (the vllm engine's)
+SUMMARY_SCHEMA = "kvoffload-bench/bench/v1"
+
 
 def default_out_dir(engine: str) -> Path:
     """Where bench writes without --out-dir: the simulator's runs in out/runs/, a vLLM engine's

@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 
 from kvoffload.choice import ConnectorChoice
-from kvoffload.cli.bench import SUMMARY_SCHEMA
-from kvoffload.cli.bench_folders import engine_folder, report_hint
+from kvoffload.cli.bench_folders import SUMMARY_SCHEMA, engine_folder, report_hint
 from kvoffload.cli.outputs import check_output_file
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
 from kvoffload.cli.run import engine_options, oracle_line, replay, slug

@@ -10,9 +10,18 @@ from __future__ import annotations
 
 import argparse
 
+from kvoffload.core.types import ConfigError
+from kvoffload.results import ResultError
+from kvoffload.workloads import WorkloadError
+
 
 class UsageError(Exception):
     """Bad command line: printed as one line, exit code 2."""
+
+
+# Everything that means "the input was wrong": one line, exit 2 (cli/app.py; run.py holds vLLM's
+# import-time warnings back until it knows the verdict is not one of these).
+BAD_INPUT = (UsageError, WorkloadError, ConfigError, ResultError, OSError)
 
 
 def _given(namespace: argparse.Namespace) -> dict[str, object]:

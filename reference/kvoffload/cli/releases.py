@@ -86,7 +86,8 @@ def _cmd_releases(args: argparse.Namespace) -> int:
     if args.connector:
         from kvoffload.cli.releases_family import cmd_connector_matrix
 
-        return cmd_connector_matrix(args)
+        out = CONNECTORS_OUT if args.out == DEFAULT_OUT else args.out  # the matrix's own file, never the table's
+        return cmd_connector_matrix(args, venv_places(CHECKOUT), out, _release_rows)
     releases = args.release or list(RELEASES)
     for release in releases:
         if release not in RELEASES:

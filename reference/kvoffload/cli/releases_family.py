@@ -18,7 +18,7 @@ from pathlib import Path
 from kvoffload.cli.flags import UsageError
 from kvoffload.cli.outputs import check_output_file
 from kvoffload.metrics import format_value
-from kvoffload.release_io import venv_places, venv_python
+from kvoffload.release_io import venv_python
 from kvoffload.releases import FULL_WORKLOADS, RELEASES, SCHEDULINGS, SMALL_WORKLOADS, ZERO_METRICS, venv_name
 from kvoffload.results import git_commit, locked_folder, write_atomic
 
@@ -27,28 +27,28 @@ CELL_METRICS = ("last_block_hit_rate", "offload_hit_rate", *ZERO_METRICS, "store
                 "store_submit_delay_steps_p99")
 
 
-def cmd_connector_matrix(args: argparse.Namespace) -> int:
-    from kvoffload.cli.releases import CHECKOUT, CONNECTORS_OUT, DEFAULT_OUT, _release_rows
-
+def cmd_connector_matrix(args: argparse.Namespace, places: list[Path], out: Path, release_rows) -> int:
+    """The matrix of ``args.connector`` x releases into ``out``; ``places``: where the release venvs
+    are looked for; ``release_rows``: ``cli/releases.py``'s runner of one release's rows (its
+    checks of a release venv's output shared, not repeated here)."""
     releases = args.release or list(RELEASES)
     unknown = [r for r in releases if r not in RELEASES]
     if unknown:
         raise UsageError(f"--release {unknown[0]}: not a known release (known: {', '.join(RELEASES)})")
-    places = venv_places(CHECKOUT)
     pythons = {release: venv_python(venv_name(release), places) for release in releases}
     missing = [release for release, python in pythons.items() if python is None]
     if missing:
         raise UsageError(f"no venv for {', '.join(missing)}: create it with "
                          + "; ".join(f"./scripts/setup-vllm {r}" for r in missing))
-    out = check_output_file("--out", CONNECTORS_OUT if args.out == DEFAULT_OUT else args.out, create_parents=True)
+    out = check_output_file("--out", out, create_parents=True)
     workloads = args.workload or [*SMALL_WORKLOADS, *(FULL_WORKLOADS if args.full else ())]
     jobs = [(w, s) for w in workloads for s in (args.scheduling or SCHEDULINGS)]
     commit = git_commit()
     measured = []
     for release in releases:
         for connector in args.connector:
-            rows, seconds = _release_rows(release, pythons[release], jobs, args.timeout, connector=connector,
-                                          step_bound_s=args.step_timeout)
+            rows, seconds = release_rows(release, pythons[release], jobs, args.timeout, connector=connector,
+                                         step_bound_s=args.step_timeout)
             measured += [cell(row, connector, commit, seconds / len(rows)) for row in rows]
             print(matrix_text([c for c in measured if c["release"] == release]), flush=True)
     with locked_folder(out.parent):

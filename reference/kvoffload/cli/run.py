@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kvoffload.cli.findings import finding_lines, strict_failures
-from kvoffload.cli.flags import Each, Once, OnceTrue, UsageError
+from kvoffload.cli.flags import BAD_INPUT, Each, Once, OnceTrue, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, TRACE, check_distinct, check_output_file
 from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S
@@ -219,7 +219,6 @@ def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", t
            max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None,
            step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> RunOutcome:
     if engine != SIMULATOR:  # vLLM's import and build warnings held until its first step (cli/stderr_hold.py)
-        from kvoffload.cli.app import BAD_INPUT
         from kvoffload.cli.stderr_hold import StderrHold
 
         with StderrHold(drop_on=BAD_INPUT) as hold:

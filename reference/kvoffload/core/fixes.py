@@ -225,3 +225,17 @@ def fix_flags_markdown() -> str:
         label = f"`{name}`" if name in PRESETS else name
         lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} |")
     return "\n".join(lines)
+
+
+# A fix whose bug another fix hides: switched off alone it moves nothing, because the other one
+# already stops every path to the bug. storable_within_allocated clamps a store to the request's
+# allocated blocks and known keys, but with aborted_watermark on no watermark passes them (an
+# aborted request stores up to its computed tokens, which are allocated and keyed; everyone else up
+# to tokens they hold); vLLM shipped both fixes in 0.27 (#49146, #49285), so it is ablated as
+# 0.25 and 0.26 ran: on top of aborted_watermark off (docs/fixes.md, "Each fix moves a figure").
+HIDDEN_BY = {"storable_within_allocated": "aborted_watermark"}
+
+
+def ablation(fix: str) -> tuple[str, ...]:
+    """The fixes switched off to show ``fix``: itself, after the fix that hides it, if any."""
+    return (HIDDEN_BY[fix], fix) if fix in HIDDEN_BY else (fix,)
