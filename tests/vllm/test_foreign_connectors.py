@@ -14,7 +14,7 @@ pytestmark = pytest.mark.vllm
 
 from kvoffload.engine.requests import RequestSpec  # noqa: E402
 from kvoffload.gates.plugin import GateConnector  # noqa: E402
-from kvoffload.gates.story import follow_up, replay, tokens  # noqa: E402
+from kvoffload.gates.story import TINY, follow_up, replay, tokens  # noqa: E402
 
 
 def test_examples_synchronous_loads_are_checked():
@@ -41,6 +41,27 @@ def test_the_stock_connector_serves_inside_a_multiconnector():
     assert type(built.scheduler.connector).__name__ == "MultiConnector"
     assert (record.crash, record.poisoned, record.leaked_requests) == (None, [], ())
     assert record.connector_hit_tokens_admitted == built.checked_load_tokens == 8
+
+
+def test_a_connector_without_hma_gets_one_full_attention_group_on_a_hybrid_model():
+    """vLLM turns its hybrid KV cache manager off for a connector that is not SupportsHMA and
+    promotes the window layer to full attention: one group of both layers (``VllmConfig``,
+    ``unify_hybrid_kv_cache_specs``); its scheduler asserts that group at every finish
+    (``Scheduler._connector_finished``). With the model's two groups, ExampleConnector and
+    ``stock+example`` crashed at A's finish; vLLM's stock connector (HMA) keeps both."""
+    a = RequestSpec("A", tokens(1, 16), tokens(2, 4))
+    c = RequestSpec("C", tokens(1, 16) + tokens(5, 4), tokens(6, 2), arrival_step=20)
+    hybrid = TINY.replace(model="gpt-oss-tiny", gpu_blocks=13, scheduling="sync")
+    groups = {}
+    for source in ("example", "stock+example", "stock"):
+        record, built = replay(GateConnector(source, None), [a, c], hybrid, forget_gpu_cache_before=(20,))
+        assert (record.crash, record.poisoned, record.finished_requests) == (None, [], 2), source
+        groups[source] = [(type(g.kv_cache_spec).__name__, len(g.layer_names))
+                          for g in built.scheduler.kv_cache_config.kv_cache_groups]
+        if source == "stock+example":  # the stock part serves C's 16 tokens from one group
+            assert record.connector_hit_tokens_admitted == built.checked_load_tokens == 16
+    assert groups == {"example": [("FullAttentionSpec", 2)], "stock+example": [("FullAttentionSpec", 2)],
+                      "stock": [("FullAttentionSpec", 1), ("SlidingWindowSpec", 1)]}
 
 
 def test_run_keeps_examples_files_beside_the_result(monkeypatch, tmp_path, capsys):

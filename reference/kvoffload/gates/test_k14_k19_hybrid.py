@@ -15,6 +15,20 @@ from kvoffload.gates.story import TINY, assert_clean, replay, tokens
 from kvoffload.gates.test_k21_k30_tier import _not_modelled
 
 DECLINES = "needs a tier whose allocation fails on demand: the reference's manager or vLLM's CPU manager"
+ONE_GROUP = ("needs a window group: vLLM turns its hybrid KV cache manager off for a connector that is not "
+             "SupportsHMA (ExampleConnector, a MultiConnector with such a child) and runs every layer as full "
+             "attention in one group, so no block is freed behind a window (docs/connectors.md)")
+NOTHING_TO_FENCE = ("the story never reached its fence: this connector stored no window chunk that C could load "
+                    "(served 0 tokens, no poisoned load); SimpleCPU stores a block the step after its forward, "
+                    "when the window has already freed it, ExampleConnector only an exact prompt "
+                    "(docs/connectors.md)")
+
+
+def window_groups(built) -> None:
+    """``prepare`` of a hybrid story: skip unless vLLM gave the connector the model's window
+    group (``build.kv_cache_groups``: vLLM's own choice of one group for a non-HMA connector)."""
+    if len(built.scheduler.kv_cache_config.kv_cache_groups) < 2:
+        pytest.skip(ONE_GROUP)
 
 
 def declines_stores_of(req_id: str, until_step: int):
@@ -22,6 +36,7 @@ def declines_stores_of(req_id: str, until_step: int):
     evictable) for ``req_id`` before ``until_step``: vLLM's CPU manager (the stock connector) or
     the reference's; any other connector skips."""
     def prepare(built) -> None:
+        window_groups(built)
         connector = built.scheduler.connector
         core = getattr(connector, "core", None)
         if core is not None:
@@ -67,12 +82,19 @@ class TestK14WindowBlockFencedWhileItsStoreWaits:
     block: C (A's 16 tokens + 4, after the GPU cache forgot them) loads window chunks 1 and 2."""
 
     def test_the_schedule_that_reuses_a_window_block_flushes_its_store(self, kv_connector):
+        from kvoffload.vllm.foreign import family_of
+
         requests = [RequestSpec("A", tokens(1, 16), tokens(2, 4)),
                     RequestSpec("B", tokens(3, 8), tokens(4, 4), arrival_step=1),
                     RequestSpec("C", tokens(1, 16) + tokens(5, 4), tokens(6, 2), arrival_step=20)]
         config = TINY.replace(model="gpt-oss-tiny", gpu_blocks=13, scheduling="sync")
-        record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,))
+        record, _ = replay(kv_connector, requests, config, forget_gpu_cache_before=(20,), prepare=window_groups)
         assert_clean(record, finished=3)
+        if record.connector_hit_tokens_admitted == 0 and family_of(kv_connector.source) is not None:
+            # A foreign connector that never queues a store on the block the window frees has
+            # nothing to fence: not a pass, not this gate's bug. The reference, vLLM's stock
+            # connector and their planted copies must still serve C.
+            pytest.skip(NOTHING_TO_FENCE)
         # C's load happened (chunks 0-2 of both groups; the releases up to 0.29, which stored every
         # window chunk, serve chunk 3 too)
         assert record.connector_hit_tokens_admitted >= 12

@@ -27,7 +27,12 @@ from vllm.config import (
 )
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
-from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups
+from vllm.v1.core.kv_cache_utils import (
+    create_kv_cache_group_specs,
+    get_kv_cache_config_from_groups,
+    is_kv_cache_spec_uniform,
+    unify_hybrid_kv_cache_specs,
+)
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
@@ -251,10 +256,17 @@ def _first_sentence(text: str) -> str:
     return line if end < 0 else line[:end + 1]
 
 
-def kv_cache_groups(engine: EngineConfig) -> list[KVCacheGroupSpec]:
+def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[KVCacheGroupSpec]:
     """The model description's KV cache groups (``core/model.py``) as vLLM's: the one
     translation of the suite's model into vLLM's terms. The dense model's one group holds both
-    layers of the tiny model; a hybrid model's group ``i`` holds layer ``i``."""
+    layers of the tiny model; a hybrid model's group ``i`` holds layer ``i``.
+
+    ``hybrid_manager=False``: vLLM turned its hybrid KV cache manager off (``VllmConfig``
+    does for a connector that is not ``SupportsHMA``: ExampleConnector, or a MultiConnector with
+    such a child), and ``get_kv_cache_groups`` then promotes every sliding-window layer to full
+    attention (``unify_hybrid_kv_cache_specs``, vLLM's own, called here): one group, nothing
+    freed behind a window. vLLM's scheduler asserts that a non-HMA connector sees one group
+    (``Scheduler._connector_finished``)."""
     model = engine.kv_model
     if len(model.groups) > NUM_LAYERS:
         raise ConfigError(f"model {model.name!r} has {len(model.groups)} KV cache groups, the tiny model "
@@ -271,11 +283,18 @@ def kv_cache_groups(engine: EngineConfig) -> list[KVCacheGroupSpec]:
             raise ConfigError(f"model {model.name!r}: {group.kind.value} groups are not built for vLLM yet")
     if model.is_dense:
         return [KVCacheGroupSpec(list(LAYER_NAMES), specs[0])]
+    if not hybrid_manager:
+        by_layer = dict(zip(LAYER_NAMES, specs))
+        unify_hybrid_kv_cache_specs(by_layer)
+        if is_kv_cache_spec_uniform(by_layer):  # as get_kv_cache_groups: one group of every layer
+            return create_kv_cache_group_specs(by_layer, [list(LAYER_NAMES)])
+        raise ConfigError(f"model {model.name!r} needs vLLM's hybrid KV cache manager, which vLLM turns off "
+                          "for a connector that does not support it (SupportsHMA)")
     return [KVCacheGroupSpec([LAYER_NAMES[i]], spec) for i, spec in enumerate(specs)]
 
 
 def build_kv_cache_config(config: VllmConfig, engine: EngineConfig):
-    groups = kv_cache_groups(engine)
+    groups = kv_cache_groups(engine, not config.scheduler_config.disable_hybrid_kv_cache_manager)
     layers_per_block = max(len(group.layer_names) for group in groups)  # groups alias each block
     kv_cache_config = get_kv_cache_config_from_groups(
         config, groups, block_bytes(engine.block_size, layers_per_block) * engine.gpu_blocks)
