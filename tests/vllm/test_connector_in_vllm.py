@@ -15,7 +15,7 @@ from vllm.v1.request import RequestStatus  # noqa: E402
 
 from kvoffload.core.types import ConfigError, TransferKind  # noqa: E402
 from kvoffload.engine.config import EngineConfig  # noqa: E402
-from kvoffload.vllm import build  # noqa: E402
+from kvoffload.vllm import build, tiny_kv  # noqa: E402
 from kvoffload.vllm.build import ConnectorLoad  # noqa: E402
 from kvoffload.vllm.connector import ConnectorOptions, KVOffloadConnector  # noqa: E402
 from kvoffload.vllm.replay import VllmSchedulerReplay  # noqa: E402
@@ -60,9 +60,9 @@ def test_capacity_in_bytes_becomes_chunks_and_block_size_becomes_blocks_per_chun
 
 def test_the_shipped_model_config_matches_the_kv_shape_the_harness_assumes():
     config = json.loads((build.TINY_MODEL_DIR / "config.json").read_text())
-    assert config["num_hidden_layers"] == build.NUM_LAYERS
-    assert config["num_key_value_heads"] == build.NUM_KV_HEADS
-    assert config["head_dim"] == build.HEAD_SIZE
+    assert config["num_hidden_layers"] == tiny_kv.NUM_LAYERS
+    assert config["num_key_value_heads"] == tiny_kv.NUM_KV_HEADS
+    assert config["head_dim"] == tiny_kv.HEAD_SIZE
     assert config["vocab_size"] == 32_000  # the workloads' vocabulary (kvoffload.workloads.tokens)
 
 

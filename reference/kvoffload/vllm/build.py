@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from pydantic import ValidationError
 from vllm.config import (
     CacheConfig,
@@ -38,18 +37,15 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
 from vllm.v1.structured_output import StructuredOutputManager
 
-from kvoffload.choice import REFERENCE, STOCK, check_source
+from kvoffload.choice import REFERENCE, STOCK, WITH_STORAGE, check_source
 from kvoffload.core.model import GroupKind
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.vllm.compat import allocate_kv_caches, own_storage_per_layer, use_kv_cache_layout
 from kvoffload.vllm.settings import refuse_unhonoured
+from kvoffload.vllm.tiny_kv import HEAD_SIZE, KV_DTYPE, LAYER_NAMES, NUM_KV_HEADS, NUM_LAYERS, block_bytes
 
 TINY_MODEL_DIR = Path(__file__).with_name("tiny_llama")
-# The KV shape of tiny_llama/config.json (a test checks the two agree).
-NUM_LAYERS, NUM_KV_HEADS, HEAD_SIZE = 2, 2, 64
-KV_DTYPE = torch.bfloat16
-LAYER_NAMES = tuple(f"model.layers.{i}.self_attn.attn" for i in range(NUM_LAYERS))
 # vLLM's default layout for its stock connector (OffloadingConnector.get_required_kvcache_layout).
 DEFAULT_LAYOUT = "LBHNC"
 # CPUOffloadingSpec rounds each chunk up to a page (BLOCK_SIZE_ALIGNMENT, vllm/v1/kv_offload/cpu/spec.py).
@@ -158,8 +154,6 @@ class ConnectorLoad:
 
     @property
     def needs_storage(self) -> bool:
-        from kvoffload.vllm.foreign import WITH_STORAGE
-
         return any(part.family is not None and part.family.name in WITH_STORAGE for part in self.parts)
 
 
@@ -170,11 +164,6 @@ def combined_patches(installers):
     for install in dict.fromkeys(installers):  # the same family twice: its names once
         combined.merge(install())
     return combined
-
-
-def block_bytes(block_size: int, num_layers: int = NUM_LAYERS) -> int:
-    """KV bytes of one GPU block, ``num_layers`` layers (all of them by default), K and V."""
-    return num_layers * 2 * NUM_KV_HEADS * HEAD_SIZE * KV_DTYPE.itemsize * block_size
 
 
 def chunk_bytes_on_host(engine: EngineConfig) -> int:

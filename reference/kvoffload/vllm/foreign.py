@@ -24,7 +24,6 @@ from types import SimpleNamespace
 from typing import Callable
 
 from kvoffload.choice import FOREIGN
-from kvoffload.choice import WITH_STORAGE  # noqa: F401 - families that keep files (one list, choice.py)
 from kvoffload.engine.config import EngineConfig
 from kvoffload.vllm.standins import Patches
 
@@ -62,7 +61,7 @@ def simple_cpu_standins() -> Patches:
 
 def _simple_cpu_extra(lazy: bool) -> Callable[[EngineConfig, str | None], dict]:
     def extra(engine: EngineConfig, storage_dir: str | None) -> dict:
-        from kvoffload.vllm.build import block_bytes
+        from kvoffload.vllm.tiny_kv import block_bytes
 
         # Capacity in bytes (cpu_bytes_to_use): cpu_chunks chunks of blocks_per_chunk blocks. The
         # connector offloads single blocks; blocks_per_chunk is only the unit the metrics count in.
