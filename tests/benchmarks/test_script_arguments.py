@@ -88,6 +88,7 @@ def test_a_machine_name_is_a_folder_name_never_a_path(sandbox, script, machine):
     ("scripts/setup-vllm", ("0.29.0", "extra")),
     ("scripts/vllm-on-demand", (".venv-vllm", "extra")),
     ("scripts/gpu-runner", ("--bogus",)),
+    ("scripts/grade-connectors", ("--bogus",)),
     ("benchmarks/first-parent-line", ("extra",)),
     ("benchmarks/record", ("--bogus",)),
     ("benchmarks/record-real-model", ("--bogus",)),
@@ -108,6 +109,9 @@ PYTHON_SCRIPTS = [
     ("scripts/asv_existing.py", ("commit",)),
     ("scripts/gates_table", ("--bogus",)),
     ("scripts/gates_table", ("--matrix", "no-such-folder")),
+    ("scripts/connectors_table", ("--bogus",)),
+    ("scripts/connectors_table", ("a.json", "extra")),
+    ("scripts/connectors_table", ("no-such-table.json",)),
     ("scripts/mutation", ("--bogus",)),
     ("scripts/mutation_tool", ("exec", "--bogus")),
     ("benchmarks/bench_connector.py", ("extra",)),
@@ -134,5 +138,6 @@ def test_every_script_is_in_one_of_these_lists():
     packages = {str(path.parent.relative_to(REPO)) for path in (REPO / "scripts").glob("*/__main__.py")}
     covered = {script for script, _ in PYTHON_SCRIPTS} | {
         "scripts/setup", "scripts/setup-vllm", "scripts/vllm-on-demand", "scripts/gpu-runner",
+        "scripts/grade-connectors",
         "benchmarks/first-parent-line", "benchmarks/record", "benchmarks/record-real-model", "benchmarks/publish"}
     assert (executable | mains | packages) - covered == set()
