@@ -51,11 +51,7 @@ class HybridStorePlanner(StorePlanner):
             state = requests.get(req_id)
             if state is not None:
                 self._store_request(state, num_scheduled, allocated, flush, jobs)
-        if self.fixes.last_block_at_finish:  # PR #48596: finished requests get their last store
-            for req_id in out.finished_req_ids:
-                state = requests.get(req_id)
-                if state is not None:
-                    self._store_request(state, 0, allocated, flush, jobs)
+        self._store_finished(requests, out, allocated, flush, jobs)
         return jobs
 
     def _storable(self, state: RequestState, g: int, num_tokens: int) -> int:

@@ -64,12 +64,17 @@ class StorePlanner:
                 state = state_of(req_id)
                 if state is not None:
                     self._store_request(state, num_scheduled, allocated, flush, jobs)
-        if self.fixes.last_block_at_finish:  # PR #48596: finished requests get their last store
+        self._store_finished(requests, out, allocated, flush, jobs)
+        return jobs
+
+    def _store_finished(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
+                        flush: set[JobId], jobs: list[TransferJob]) -> None:
+        """PR #48596: each request that finished this step gets its last store (into ``jobs``)."""
+        if self.fixes.last_block_at_finish:
             for req_id in out.finished_req_ids:
                 state = requests.get(req_id)
                 if state is not None:
                     self._store_request(state, 0, allocated, flush, jobs)
-        return jobs
 
     def _store_request(self, state: RequestState, num_scheduled: int, allocated: set[BlockId],
                        flush: set[JobId], jobs: list[TransferJob]) -> None:
