@@ -9,7 +9,11 @@
   thread notices the new parent process id within a second and sends it.
 - **SIGTERM** (from :func:`stop` or the kernel): a worker in a cell unwinds it with
   :class:`Stopped` — ``results.write_atomic`` removes the temporary file it was writing — and
-  exits; an idle worker exits at once.
+  exits; an idle worker takes the signal's default action, so the kernel ends it whichever of
+  its threads the signal reaches. A Python handler would not do there: numpy's OpenBLAS starts a
+  thread in each worker, a signal that lands on it only flags the handler for the main thread,
+  and an idle main thread is blocked reading the pool's queue, which a sibling worker keeps open
+  (a sweep killed while its workers started left one running about once in 25).
 """
 
 from __future__ import annotations
@@ -27,8 +31,6 @@ from typing import Any, Callable, Iterator
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 POLL_SECONDS = 1.0  # the parent watch where there is no prctl
 STOP_SECONDS = 30.0  # how long stop() waits for a worker to clean up before killing it
-
-_in_cell = False  # this worker is running a cell: SIGTERM unwinds it rather than exiting on the spot
 
 
 class Stopped(BaseException):
@@ -57,7 +59,7 @@ def start(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since the spawn; now ignored
-    signal.signal(signal.SIGTERM, _on_terminate)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # idle: the kernel ends the process (module docstring)
     if not _death_signal(signal.SIGTERM):
         threading.Thread(target=_watch_parent, args=(parent_pid,), name="parent-watch", daemon=True).start()
     if os.getppid() != parent_pid:  # the parent died before the watch was set
@@ -65,15 +67,16 @@ def start(parent_pid: int) -> None:
 
 
 def run_in_worker(function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)`` in a worker, where SIGTERM stops it cleanly."""
-    global _in_cell
-    _in_cell = True
+    """``function(*args)`` in a worker, where SIGTERM stops it cleanly: its handler is set for
+    the call only (an idle worker dies of the signal itself, see the module docstring)."""
+    signal.signal(signal.SIGTERM, _on_terminate)
     try:
-        return function(*args)
-    except Stopped:
+        try:
+            return function(*args)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except Stopped:  # also one that came while the handler was being reset
         os._exit(128 + signal.SIGTERM)  # the pool's queues may belong to a dead parent: no reply
-    finally:
-        _in_cell = False
 
 
 def stop(pool) -> None:
@@ -98,9 +101,7 @@ def stop(pool) -> None:
 
 
 def _on_terminate(signum: int, frame: Any) -> None:
-    if _in_cell:
-        raise Stopped
-    os._exit(128 + signum)
+    raise Stopped
 
 
 def _death_signal(signum: int) -> bool:

@@ -150,3 +150,31 @@ def test_a_worker_stopped_while_writing_leaves_no_temporary_file(tmp_path):
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert done.stdout == "" and done.stderr == ""
     assert list(tmp_path.iterdir()) == []  # neither r.json nor .r.json.*.tmp
+
+
+# An idle worker waits for the pool's queue in a blocking read, and numpy's OpenBLAS has started
+# a thread of its own in it. The kernel's SIGTERM can land on that thread: a Python handler would
+# only be flagged for the main thread, which stays in its read (one sweep in 25, killed while its
+# workers started, left a worker running). Here a second thread takes the signal.
+IDLE_WHEN_ANOTHER_THREAD_TAKES_SIGTERM = """
+import os, signal, sys, threading, time
+from kvoffload import sweep_workers
+
+sweep_workers.start(os.getppid())
+queue_read, queue_write = os.pipe()  # the pool's queue: nothing comes
+
+def take_the_signal():
+    time.sleep(0.5)  # the main thread is in its read by now
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+threading.Thread(target=take_the_signal).start()
+os.read(queue_read, 4)
+print("still waiting")
+"""
+
+
+def test_an_idle_worker_dies_of_sigterm_whichever_thread_takes_it():
+    done = subprocess.run([sys.executable, "-c", IDLE_WHEN_ANOTHER_THREAD_TAKES_SIGTERM], capture_output=True,
+                          text=True, timeout=30)  # the old handler: still reading when this ends
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout == ""
