@@ -110,11 +110,13 @@ def test_a_remote_request_is_aborted_and_counted(site):
     assert visit.errors  # a blocked load is an error a reader's console shows
 
 
-# What the pointer meets over the middle of each commit slot of the first history chart.
+# What the pointer meets over the middle of each commit slot of the first history chart: at the
+# whole pixel there, where a mouse rests at a device pixel ratio of 1 (Chromium hit-tests a point
+# by the whole pixel it falls in; a slot of one pixel has no middle of its own otherwise).
 HOVER = """JSON.stringify([...document.querySelectorAll('.chart')].filter(c => c.querySelector('a.slot'))[0]
   ? [...[...document.querySelectorAll('.chart')].filter(c => c.querySelector('a.slot'))[0].querySelectorAll('a.slot')]
       .map(a => { a.scrollIntoView({block: 'center'}); const r = a.getBoundingClientRect();
-                  const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+                  const hit = document.elementFromPoint(Math.floor(r.left + r.width / 2), r.top + r.height / 2);
                   return [hit === a, a.title, r.width > 0 && r.height > 0]; })
   : [])"""
 

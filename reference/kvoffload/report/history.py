@@ -341,7 +341,15 @@ def _commit_axis(ax, axis: Axis, recorded: set[str]) -> None:
 
 def _hover_boxes(fig: Figure, axes, axis: Axis, recorded: set[str]) -> tuple[HoverBox, ...]:
     """One box per commit slot and panel column, in percent of the image: the page puts a tooltip
-    (the commit's id, date and subject) on each, so a point names its commit on hover."""
+    (the commit's id, date and subject) on each, so a point names its commit on hover.
+
+    Each box's edges are whole pixels of the image (the page draws it at its own size): a browser
+    hit-tests a box by every whole pixel it touches, the later box on top, so with slots under two
+    pixels wide and fractional edges the pointer over one commit named its neighbour (249 commits,
+    1.86 px a slot: 248 of them). The left edge is nudged 1/256 px right: Chromium keeps a
+    percentage in single precision and truncates it to 1/64 px, and an edge a hair below its
+    pixel reached into the one before (the width needs none: a right edge a hair short still
+    covers its last pixel)."""
     FigureCanvasAgg(fig).draw()  # lays out the panels as savefig will
     width, height = fig.bbox.width, fig.bbox.height
     boxes, columns_done = [], set()
@@ -354,11 +362,11 @@ def _hover_boxes(fig: Figure, axes, axis: Axis, recorded: set[str]) -> tuple[Hov
         top = max(a.get_window_extent().y1 for a in axes if round(a.get_window_extent().x0) == column)
         bottom = min(a.get_window_extent().y0 for a in axes if round(a.get_window_extent().x0) == column)
         for i, commit in enumerate(axis.commits):
-            left = ax.transData.transform((i - 0.5, 0))[0]
-            right = ax.transData.transform((i + 0.5, 0))[0]
+            left = round(ax.transData.transform((i - 0.5, 0))[0])
+            right = round(ax.transData.transform((i + 0.5, 0))[0])
             note = "" if commit.commit in recorded else " (not recorded)"
             title = f"{commit.commit[:12]} {commit.date[:16].replace('T', ' ')} {commit.subject[:100]}".strip() + note
-            boxes.append(HoverBox(100 * left / width, 100 * (height - top) / height, 100 * (right - left) / width,
+            boxes.append(HoverBox(100 * (left + 1 / 256) / width, 100 * (height - top) / height, 100 * (right - left) / width,
                                   100 * (top - bottom) / height, title))
     return tuple(boxes)
 

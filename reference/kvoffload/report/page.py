@@ -78,10 +78,11 @@ def _anchor(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", text).strip("_").lower() or "x"
 
 
-# Figures are at most figures.MAX_FIGURE_WIDTH_PX wide: a 1400 px window shows them at 1:1. A table wider than the body scrolls inside its own box, never the page.
+# Figures are at most figures.MAX_FIGURE_WIDTH_PX wide: a 1400 px window shows them at 1:1. The image's frame is
+# an outline, which takes no room: a chart's box is its image, so a hover box's percentages are the image's pixels. A table wider than the body scrolls inside its own box, never the page.
 STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0 1em}"
          ".table{max-width:100%;overflow-x:auto}"
-         "img{max-width:100%;height:auto;border:1px solid #ddd;display:block}"
+         "img{max-width:100%;height:auto;outline:1px solid #ddd;display:block}"
          ".chart{position:relative;display:inline-block;max-width:100%}.chart a.slot{position:absolute;display:block}"
          ".chart a.slot:hover{background:rgba(123,50,148,0.12)}"
          "table{border-collapse:collapse;font-size:0.85em}"
@@ -89,6 +90,7 @@ STYLE = ("body{font-family:sans-serif;max-width:1500px;margin:2em auto;padding:0
          "figure{margin:1em 0 2em 0}figcaption{color:#444;font-size:0.9em}"
          "details{margin-bottom:2em;font-size:0.85em}nav li{margin:2px 0}"
          "tr.worse td{background:#fde0dc;font-weight:bold}")
+
 
 
 def _worse(row: Sequence[str]) -> bool:
@@ -132,8 +134,9 @@ def write_html(page: Page, path: Path) -> None:
                 header, *rows = table
                 parts.append(_table_html(header, rows, highlight=_worse))
         for chart in charts:
-            slots = "".join(f"<a class='slot' title='{e(box.title)}' style='left:{box.left:.3f}%;top:{box.top:.3f}%;"
-                            f"width:{box.width:.3f}%;height:{box.height:.3f}%'></a>" for box in chart.hover)
+            # Five decimals: a box's edge within 1/20,000 px on a 1,400 px image (_hover_boxes' nudge is 1/256).
+            slots = "".join(f"<a class='slot' title='{e(box.title)}' style='left:{box.left:.5f}%;top:{box.top:.3f}%;"
+                            f"width:{box.width:.5f}%;height:{box.height:.3f}%'></a>" for box in chart.hover)
             data = f" <a href='{e(chart.data_file)}'>data (CSV)</a>" if chart.table else ""
             parts.append(f"<figure id='{chart.filename}'><h3>{e(chart.title)}</h3>"
                          f"<div class='chart'><img src='{e(chart.filename)}' alt='{e(chart.title)}'>{slots}</div>"
