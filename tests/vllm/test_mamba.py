@@ -163,3 +163,20 @@ def test_k18_planted_without_the_round_down_the_oracle_reports_the_stale_mamba_s
     record, built = k18_story(scheduling, plant=without_round_down)
     assert built.ledger.first_admission["C"] == (0, 63)
     assert [(p.req_id, p.group, p.chunk, p.bad_slots) for p in record.poisoned] == [("C", 1, 3, 1)]
+
+
+@built_here
+def test_k18_gate_passes_for_the_stock_connector_and_fails_with_its_round_down_removed(monkeypatch):
+    """The packaged gate (``kvoffload.gates``, any connector): the stock connector passes; with its
+    Mamba alignment gone (``resolve_mamba_align_size``, which the stock scheduler reads once at
+    construction for ``_lookup_complete_chunks``) the gate fails on the poisoned Mamba state."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as stock_scheduler
+
+    from kvoffload.gates.plugin import GateConnector
+    from kvoffload.gates.test_k14_k19_hybrid import TestK18MambaStateAtABoundary
+
+    gate = TestK18MambaStateAtABoundary().test_an_exact_resend_never_resumes_from_a_later_state
+    gate(GateConnector(STOCK, None))
+    monkeypatch.setattr(stock_scheduler, "resolve_mamba_align_size", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError, match="1 poisoned"):
+        gate(GateConnector(STOCK, None))
