@@ -141,11 +141,16 @@ class ModelDescription:
     def has_sliding_window(self) -> bool:
         return any(group.kind is GroupKind.SLIDING_WINDOW for group in self.groups)
 
+    @property
+    def has_mamba(self) -> bool:
+        return any(group.kind is GroupKind.MAMBA for group in self.groups)
+
     def unsupported(self) -> str | None:
-        """Why the engine cannot replay this model yet, or None."""
+        """Why the simulator cannot replay this model yet, or None. vLLM's scheduler
+        (``--engine vllm-scheduler``) builds a Mamba group already (``vllm/build.py``)."""
         for group in self.groups:
             if group.kind is GroupKind.MAMBA:
-                return "Mamba groups are not modelled by the engine yet"
+                return "Mamba groups are not modelled by the simulator yet (--engine vllm-scheduler runs them)"
             if group.drafter:
                 return "drafter (EAGLE/MTP) groups are not modelled by the engine yet"
         if self.groups[0] != FULL:

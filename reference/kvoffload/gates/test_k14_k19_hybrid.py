@@ -3,7 +3,8 @@ connector named by ``--kv-connector``.
 
 The model is ``gpt-oss-tiny`` (``kvoffload.core.model``): full attention and an 8-token sliding
 window, block size 4, one block per chunk; vLLM's scheduler frees a window's blocks behind it
-while the request runs. K15-K19 skip with the catalogue's reason (what the suite does not model).
+while the request runs; K18's is ``qwen3-next`` (full attention and Mamba). K15-K17 and K19 skip
+with the catalogue's reason (what the suite does not model).
 """
 
 from __future__ import annotations
@@ -103,5 +104,28 @@ class TestK14WindowBlockFencedWhileItsStoreWaits:
 TestK15SlidingWindowHorizon = _not_modelled("K15")
 TestK16UnalignedSlidingWindowLoad = _not_modelled("K16")
 TestK17DrafterGroupsOnHybrids = _not_modelled("K17")
-TestK18MambaStateAtABoundary = _not_modelled("K18")
+MAMBA = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64)
+
+
+class TestK18MambaStateAtABoundary:
+    """vLLM #44599 (fixed in 0.25.0). ``qwen3-next``: full attention and a Mamba group in align
+    mode, block size 16 (vLLM's scheduler only: the simulator does not model Mamba yet). A Mamba
+    state summarises every token before it, so a hit must end exactly where a stored state does.
+    B (P = 64 tokens, + 6) stores the state at 64, its prompt's replay boundary. C = P exactly,
+    after the GPU cache forgot B: a lookup may serve at most 63 tokens (one must be computed), and
+    63 is not a state boundary, so it must round down to one (48, never stored: no hit). Serving
+    63 tokens with the state of 64 applies the last prompt token twice: the KV oracle finds the
+    restored state summarising 64 tokens where C resumes after 63 (vllm/model.py, StateCells)."""
+
+    def test_an_exact_resend_never_resumes_from_a_later_state(self, kv_connector):
+        from kvoffload.core.types import ConfigError
+
+        p = tuple(range(1000, 1064))
+        requests = [RequestSpec("B", p + tuple(range(5000, 5006)), tokens(2, 4)),
+                    RequestSpec("C", p, tokens(3, 4), arrival_step=12)]
+        try:
+            record, _ = replay(kv_connector, requests, MAMBA, forget_gpu_cache_before=(12,))
+        except ConfigError as error:  # a connector or release that cannot run a Mamba group here
+            pytest.skip(f"cannot run a Mamba group: {error}")
+        assert_clean(record, finished=2)
 TestK19LocallyComputedTokensOfHybrids = _not_modelled("K19")

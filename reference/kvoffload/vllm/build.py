@@ -34,14 +34,14 @@ from vllm.v1.core.kv_cache_utils import (
 )
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, MambaSpec, SlidingWindowSpec
 from vllm.v1.structured_output import StructuredOutputManager
 
 from kvoffload.choice import REFERENCE, STOCK, WITH_STORAGE, check_source
 from kvoffload.core.model import GroupKind
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
-from kvoffload.vllm.compat import allocate_kv_caches, own_storage_per_layer, use_kv_cache_layout
+from kvoffload.vllm.compat import RELEASE, allocate_kv_caches, own_storage_per_layer, use_kv_cache_layout
 from kvoffload.vllm.settings import refuse_unhonoured
 from kvoffload.vllm.tiny_kv import HEAD_SIZE, KV_DTYPE, LAYER_NAMES, NUM_KV_HEADS, NUM_LAYERS, block_bytes
 
@@ -212,6 +212,10 @@ def _vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_mo
         speculative = SpeculativeConfig(method=method, num_speculative_tokens=engine.spec_tokens,
                                         prompt_lookup_max=2, prompt_lookup_min=1)
     cache_config = CacheConfig(block_size=engine.block_size, enable_prefix_caching=True)
+    if engine.kv_model.has_mamba:
+        # A Mamba model's own config hook sets align mode when prefix caching is on; the tiny
+        # model has no such hook, so the replay sets it (vLLM 0.32 config/cache.py, MambaCacheMode).
+        cache_config.mamba_cache_mode = "align"
     if hasattr(cache_config, "prefix_cache_retention_interval"):  # a sliding window's (vLLM 0.29+)
         cache_config.prefix_cache_retention_interval = engine.prefix_cache_retention_interval
     config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
@@ -262,14 +266,18 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
                           f"{NUM_LAYERS} layers")
     shape = {"block_size": engine.block_size, "num_kv_heads": NUM_KV_HEADS, "head_size": HEAD_SIZE,
              "dtype": KV_DTYPE}
+    if model.has_mamba:
+        _check_mamba_runs_here(engine, hybrid_manager)
     specs = []
     for group in model.groups:
+        if group.drafter:
+            raise ConfigError(f"model {model.name!r}: drafter groups are not built for vLLM yet")
         if group.kind is GroupKind.FULL_ATTENTION:
             specs.append(FullAttentionSpec(**shape))
         elif group.kind is GroupKind.SLIDING_WINDOW:
             specs.append(SlidingWindowSpec(**shape, sliding_window=group.sliding_window))
         else:
-            raise ConfigError(f"model {model.name!r}: {group.kind.value} groups are not built for vLLM yet")
+            specs.append(mamba_spec(FullAttentionSpec(**shape).page_size_bytes, engine.block_size))
     if model.is_dense:
         return [KVCacheGroupSpec(list(LAYER_NAMES), specs[0])]
     if not hybrid_manager:
@@ -280,6 +288,32 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
         raise ConfigError(f"model {model.name!r} needs vLLM's hybrid KV cache manager, which vLLM turns off "
                           "for a connector that does not support it (SupportsHMA)")
     return [KVCacheGroupSpec([LAYER_NAMES[i]], spec) for i, spec in enumerate(specs)]
+
+
+def mamba_spec(page_bytes: int, block_size: int) -> MambaSpec:
+    """A Mamba group's spec in align mode: one state tensor whose page is one attention layer's
+    page, so that ``get_kv_cache_config_from_groups`` lays both groups out with equal pages and
+    the pool counts the same blocks (vLLM 0.32 pads a state to the attention page,
+    ``MambaSpec.page_size_padded``; here it fits exactly). A request holds its running state and
+    the previous one (``MambaSpec.max_memory_usage_bytes``: two pages, no speculative blocks)."""
+    return MambaSpec(block_size=block_size, shapes=((page_bytes // KV_DTYPE.itemsize,),), dtypes=(KV_DTYPE,),
+                     mamba_cache_mode="align")
+
+
+def _check_mamba_runs_here(engine: EngineConfig, hybrid_manager: bool) -> None:
+    """What a Mamba group cannot be built with yet, each refused in one line."""
+    name = engine.kv_model.name
+    if RELEASE < (0, 29, 0):
+        # vLLM 0.25-0.28's offloading worker takes a Mamba layer as a list of state tensors
+        # (offloading/worker.py, register_kv_caches); the compat allocator hands it one page array.
+        raise ConfigError(f"model {name!r}: vLLM {'.'.join(map(str, RELEASE))}'s offloading worker needs a list "
+                          "of state tensors per Mamba layer, which this replay does not build (vLLM 0.29+ only)")
+    if not hybrid_manager:
+        raise ConfigError(f"model {name!r} needs vLLM's hybrid KV cache manager, which vLLM turns off for a "
+                          "connector that does not support it (SupportsHMA): a Mamba group cannot be unified")
+    if engine.spec_tokens:
+        raise ConfigError(f"model {name!r}: speculative decoding with a Mamba group (its speculative state "
+                          "blocks) is not built for vLLM yet")
 
 
 def build_kv_cache_config(config: VllmConfig, engine: EngineConfig):

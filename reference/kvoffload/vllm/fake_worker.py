@@ -15,7 +15,7 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
 from kvoffload.engine.record import PoisonedLoad
 from kvoffload.vllm.connector_parts import copy_hook
-from kvoffload.vllm.model import poisoned_chunks, write_positions
+from kvoffload.vllm.model import StateCells, poisoned_chunks, write_positions, write_states
 
 
 class FakeWorker:
@@ -54,7 +54,16 @@ class FakeWorker:
         sync_first = bool(getattr(scheduler_output, "has_sync_kv_loads", False))
         if sync_first:
             worker.start_load_kv(context)
+            # A Mamba state loaded now is read by this forward, which then overwrites it in place:
+            # check it before (the other groups' slots after, with the load's failures known).
+            for req_id in sorted(self.ledger.sync_loads.intersection(scheduler_output.num_scheduled_tokens)):
+                self._check_load(step, req_id, set(), states=True, keep_claim=True)
         for group, cells in enumerate(self.group_cells):  # each group's layers, with its salt (engine/oracle.py)
+            if isinstance(cells, StateCells):  # the state after each request's last real token
+                write_states(cells, [(self.tables.groups[req_id][group], end, int(values[end - start - 1]))
+                                     for (req_id, start, values), (_, end) in zip(writes, self._written_ends)
+                                     if end > start], bs, group)
+                continue
             write_positions(cells, [(self.tables.groups[req_id][group], start, values)
                                     for req_id, start, values in writes], bs, group)
         for name, view in self.kv_caches.items():  # each attention layer hands its KV on after writing it
@@ -72,7 +81,7 @@ class FakeWorker:
             self._check_load(step, req_id, invalid)
         for req_id in sorted(self.ledger.sync_loads.intersection(scheduler_output.num_scheduled_tokens)):
             self.ledger.sync_loads.discard(req_id)  # loaded in this step, before its forward
-            self._check_load(step, req_id, invalid)
+            self._check_load(step, req_id, invalid, states=False)
         kv_output = KVConnectorOutput(finished_recving=recving or None, invalid_block_ids=invalid,
                                       kv_connector_worker_meta=worker.build_connector_worker_meta())
         worker.clear_connector_metadata()
@@ -122,10 +131,13 @@ class FakeWorker:
         self._spec_steps[req_id] += 1
         return max(0, min(accepted, drafts, spec.max_tokens - request.num_output_tokens - in_flight - 1))
 
-    def _check_load(self, step: int, req_id: str, invalid: set[int]) -> None:
-        """The load landed: every slot it wrote must hold the fingerprint of its true prefix,
-        unless the worker reported its blocks failed (vLLM does not count them computed)."""
-        claim = self.ledger.pending_loads.pop(req_id, None)
+    def _check_load(self, step: int, req_id: str, invalid: set[int], states: bool | None = None,
+                    keep_claim: bool = False) -> None:
+        """The load landed: every slot it wrote must hold the fingerprint of its true prefix, and
+        a Mamba group's state the state at the resume point (``poisoned_chunks``; ``states``
+        picks the groups), unless the worker reported its blocks failed (vLLM does not count them
+        computed)."""
+        claim = (self.ledger.pending_loads.get if keep_claim else self.ledger.pending_loads.pop)(req_id, None)
         if claim is None:
             return
         start, end = claim
@@ -133,7 +145,8 @@ class FakeWorker:
         tables = self.scheduler.kv_cache_manager.get_block_ids(req_id)
         if any(invalid.intersection(table[start // bs:-(-end // bs)]) for table in tables):
             return
-        self.checked_load_tokens += end - start
+        if states is not True:
+            self.checked_load_tokens += end - start
         for group, chunk, count in poisoned_chunks(self.group_cells, tables, self._sequences[req_id].fingerprints,
-                                                   start, end, bs, self.engine.tokens_per_chunk):
+                                                   start, end, bs, self.engine.tokens_per_chunk, states):
             self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, count, group))

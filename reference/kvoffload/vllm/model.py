@@ -15,6 +15,12 @@ The fingerprint of position p is the oracle's hash of the token prefix up to p
 (``kvoffload.engine.oracle``). It goes into the first 8 bytes of head 0's slot of p in each
 layer's paged view, wherever the layout puts that. A rejected draft's slot gets the fingerprint of
 a prefix that never happened, exactly as a real forward would leave it.
+
+A Mamba group (align mode) keeps no slot per position but one recurrent state per request: the
+forward writes the state after the request's last scheduled token, as the hash of the tokens it
+summarises and their count, into the row's block for that token count (``StateCells``,
+``state_block``). A block ending on a block boundary thereby holds that boundary's state, which
+is what vLLM caches and its connector stores.
 """
 
 from __future__ import annotations
@@ -56,6 +62,59 @@ class FingerprintCells:
     @property
     def num_layers(self) -> int:
         return len(self._base)
+
+
+class StateCells:
+    """Where a Mamba group's state block keeps its fingerprint, per layer of the group: two words
+    at the start of the block's page, the hash of the tokens the state summarises (salted with
+    the group, engine/oracle.py) and how many tokens that is. A state is one value per block, not
+    one per position: a Mamba layer's page is one state (vLLM 0.32 ``MambaSpec``), so positional
+    cells would run past it."""
+
+    def __init__(self, kv_caches: dict[str, torch.Tensor]):
+        views = list(kv_caches.values())
+        storage = views[0].untyped_storage()
+        self.words = torch.empty(0, dtype=torch.int64).set_(storage)
+        self._base, self._block = [], []
+        for view in views:
+            elem = view.element_size()
+            if (view.storage_offset() * elem) % 8 or (view.stride(0) * elem) % 8:
+                raise ValueError("a Mamba state page is not 8-byte aligned")
+            self._base.append(view.storage_offset() * elem // 8)
+            self._block.append(view.stride(0) * elem // 8)
+
+    def index(self, blocks: np.ndarray, word: int) -> torch.Tensor:
+        return torch.from_numpy(np.concatenate([base + blocks * block + word
+                                                for base, block in zip(self._base, self._block)]))
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._base)
+
+
+def state_block(table: list[int], num_tokens: int, block_size: int) -> int:
+    """The block holding the state after ``num_tokens`` tokens in align mode: the row's entry
+    ``cdiv(num_tokens, block_size) - 1`` (vLLM 0.32 ``MambaManager.allocate_new_blocks`` puts the
+    running state there; at a block boundary it is that boundary's state, scheduler.py's
+    ``_mamba_block_aligned_split`` keeps chunks ending on them)."""
+    return table[-(-num_tokens // block_size) - 1]
+
+
+def write_states(cells: StateCells, writes: list[tuple[list[int], int, int]], block_size: int, group: int) -> None:
+    """``writes``: (block table, tokens the state summarises, the fingerprint of that prefix)."""
+    if not writes:
+        return
+    blocks = np.asarray([state_block(table, end, block_size) for table, end, _ in writes], dtype=np.int64)
+    hashes = np.asarray([fingerprint for _, _, fingerprint in writes], dtype=np.int64) ^ np.int64(group_salt(group))
+    counts = np.asarray([end for _, end, _ in writes], dtype=np.int64)
+    cells.words[cells.index(blocks, 0)] = torch.from_numpy(np.tile(hashes, cells.num_layers))
+    cells.words[cells.index(blocks, 1)] = torch.from_numpy(np.tile(counts, cells.num_layers))
+
+
+def read_state(cells: StateCells, table: list[int], num_tokens: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The state block a request resuming at ``num_tokens`` reads: (hashes, token counts), one per layer."""
+    blocks = np.asarray([state_block(table, num_tokens, block_size)], dtype=np.int64)
+    return cells.words[cells.index(blocks, 0)].numpy(), cells.words[cells.index(blocks, 1)].numpy()
 
 
 class ScriptedSequence:
@@ -161,12 +220,22 @@ def read_positions(cells: FingerprintCells, table: list[int], start: int, end: i
 
 
 def poisoned_chunks(group_cells: list[FingerprintCells], tables, fingerprints: np.ndarray, start: int, end: int,
-                    block_size: int, tokens_per_chunk: int) -> list[tuple[int, int, int]]:
+                    block_size: int, tokens_per_chunk: int, states: bool | None = None) -> list[tuple[int, int, int]]:
     """A load of positions [start, end) checked in every KV cache group against the true prefix's
     fingerprints (each group's salted, engine/oracle.py): (group, chunk, bad positions) per poisoned
-    chunk. A sliding window's load starts at its first block still held (vLLM nulls the others)."""
+    chunk. A sliding window's load starts at its first block still held (vLLM nulls the others). A
+    Mamba group's load restores one state, which must summarise exactly the ``end`` tokens the
+    request resumes after (its token count and their hash): one bad slot in the chunk of ``end - 1``.
+    ``states``: True checks only the Mamba groups, False only the others (None: all)."""
     poisoned = []
     for group, (cells, table) in enumerate(zip(group_cells, tables)):
+        if states is not None and states != isinstance(cells, StateCells):
+            continue
+        if isinstance(cells, StateCells):  # one state: the one the request resumes from
+            hashes, counts = read_state(cells, table, end, block_size)
+            if (counts != end).any() or (hashes != fingerprints[end - 1] ^ np.int64(group_salt(group))).any():
+                poisoned.append((group, (end - 1) // tokens_per_chunk, 1))
+            continue
         first = next((p for p in range(start, end, block_size) if table[p // block_size]), end) if group else start
         if first >= end:
             continue

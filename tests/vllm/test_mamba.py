@@ -1,0 +1,182 @@
+"""A Mamba group (align mode) in vLLM's scheduler: the qwen3-next model built for vLLM 0.29+
+(``vllm/build.py``), its stock connector loading one Mamba state from the CPU tier, and the KV
+content oracle's check of a restored state (``vllm/model.py``, ``StateCells``) on K18's story.
+
+Block size 16, one block per chunk, 64 GPU blocks, a 64-token budget: a 64-token prompt is one
+prefill step, and the state after ``16 k`` tokens sits in the row's block ``k - 1``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from kvoffload.core.types import ConfigError  # noqa: E402
+from kvoffload.engine.config import EngineConfig  # noqa: E402
+from kvoffload.engine.engine import Engine  # noqa: E402
+from kvoffload.engine.requests import RequestSpec  # noqa: E402
+from kvoffload.gates.story import forget_free_blocks  # noqa: E402
+from kvoffload.vllm import build  # noqa: E402
+from kvoffload.vllm.build import STOCK, ConnectorLoad  # noqa: E402
+from kvoffload.vllm.compat import RELEASE  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+built_here = pytest.mark.skipif(RELEASE < (0, 29, 0), reason="vLLM 0.25-0.28 are refused (tests below)")
+
+QWEN = EngineConfig(model="qwen3-next", gpu_blocks=64, cpu_chunks=64, block_size=16, max_num_seqs=8,
+                    max_num_batched_tokens=64)
+PROMPT = tuple(range(1000, 1070))  # 70 tokens: four full blocks and six more
+
+
+def answer(seed: int) -> tuple[int, ...]:
+    return tuple(range(seed, seed + 4))
+
+
+def replay(requests, *, forget_before: int, scheduling: str = "sync", plant=None):
+    """The record and the replay of ``requests`` with vLLM's stock connector; vLLM's GPU prefix
+    cache drops every free block before step ``forget_before`` (only the CPU tier can serve them)."""
+    from kvoffload.vllm.replay import VllmSchedulerReplay
+
+    built = []
+
+    def on_step(next_step: int, finished: int) -> None:
+        if next_step == forget_before:
+            forget_free_blocks(built[0].scheduler.kv_cache_manager.block_pool)
+
+    built.append(VllmSchedulerReplay(requests, QWEN.replace(scheduling=scheduling), ConnectorLoad(STOCK),
+                                     transfer="threaded", on_step=on_step, max_steps=100))
+    if plant is not None:
+        plant(built[0].scheduler.connector.connector_scheduler)
+    return built[0].run(), built[0]
+
+
+def test_the_simulator_still_refuses_qwen3_next_in_one_line():
+    with pytest.raises(ConfigError, match="^model 'qwen3-next': Mamba groups are not modelled by the simulator yet"):
+        Engine([RequestSpec("A", PROMPT, answer(1))], QWEN)
+
+
+@built_here
+def test_the_mamba_group_is_built_in_align_mode_for_the_scheduler_and_the_stock_connector():
+    """vLLM's own config, layout and scheduler take the group: equal pages (``mamba_spec``), the
+    hybrid coordinator with a MambaManager, the aligned prefill split on, and the stock
+    connector's view of the group: a window of one chunk whose blocks are copy-on-write sources
+    (stored only from the scheduler's boundary-state hand-off)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    load = ConnectorLoad(STOCK)
+    config = build.build_vllm_config(QWEN, load.transfer_config(QWEN, "threaded"), 512, load)
+    assert config.cache_config.mamba_cache_mode == "align"
+    kv_cache_config = build.build_kv_cache_config(config, QWEN)
+    assert kv_cache_config.has_mamba_layers and kv_cache_config.num_blocks == 64
+    specs = [group.kv_cache_spec for group in kv_cache_config.kv_cache_groups]
+    assert [type(spec) for spec in specs] == [FullAttentionSpec, MambaSpec]
+    assert specs[1].page_size_bytes == specs[0].page_size_bytes  # one pool, one page size
+    assert specs[1].max_memory_usage_bytes(config) == 2 * specs[1].page_size_bytes  # running + previous
+    scheduler = build.build_scheduler(config, kv_cache_config)
+    try:
+        coordinator = scheduler.kv_cache_manager.coordinator
+        assert type(coordinator).__name__ == "HybridKVCacheCoordinator"
+        assert [type(m).__name__ for m in coordinator.single_type_managers] == ["FullAttentionManager", "MambaManager"]
+        assert scheduler.need_mamba_block_aligned_split
+        connector = scheduler.connector.connector_scheduler
+        mamba = connector.config.kv_group_configs[1]
+        assert (mamba.sliding_window_size_in_chunks, mamba.requires_cow_source) == (1, True)
+        assert connector._mamba_align_size == 16
+    finally:
+        scheduler.shutdown()
+
+
+@built_here
+@pytest.mark.parametrize("settings, refusal", [
+    ({"spec_tokens": 2}, "speculative decoding with a Mamba group"),
+    ({"scheduling": "async", "spec_tokens": 1}, "speculative decoding with a Mamba group"),
+])
+def test_what_is_not_built_is_refused_in_one_line(settings, refusal):
+    with pytest.raises(ConfigError, match=refusal):
+        build.kv_cache_groups(QWEN.replace(**settings))
+
+
+@built_here
+def test_a_connector_without_the_hybrid_manager_is_refused():
+    with pytest.raises(ConfigError, match="needs vLLM's hybrid KV cache manager.*Mamba"):
+        build.kv_cache_groups(QWEN, hybrid_manager=False)
+
+
+def test_releases_before_029_are_refused_naming_the_release(monkeypatch):
+    """0.25-0.28's offloading worker wants a Mamba layer as a list of state tensors; in those
+    releases' venvs the installed release itself is refused."""
+    if RELEASE >= (0, 29, 0):
+        monkeypatch.setattr(build, "RELEASE", (0, 28, 0))
+    release = ".".join(map(str, build.RELEASE)).replace(".", r"\.")
+    with pytest.raises(ConfigError, match=rf"vLLM {release}'s offloading worker needs a list of state tensors"):
+        build.kv_cache_groups(QWEN)
+
+
+@built_here
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_the_stock_connector_loads_one_mamba_state_from_the_cpu_tier(scheduling):
+    """A (70 tokens) caches and stores the state at 64, its replay boundary; B (A's prompt + 20)
+    stores the state at 80; after the GPU forgets them, C (A's prompt + 20 others) loads 64
+    tokens: four full-attention blocks and the Mamba state at 64, which the oracle finds holding
+    exactly those 64 tokens."""
+    requests = [RequestSpec("A", PROMPT, answer(2000)),
+                RequestSpec("B", PROMPT + tuple(range(5000, 5020)), answer(2100), arrival_step=10),
+                RequestSpec("C", PROMPT + tuple(range(6000, 6020)), answer(2200), arrival_step=20)]
+    record, built = replay(requests, forget_before=20, scheduling=scheduling)
+    assert record.problems() == [] and record.finished_requests == 3
+    assert built.ledger.first_admission["C"] == (0, 64)  # no GPU hit, 64 tokens from the CPU tier
+    assert built.checked_load_tokens == 64
+
+
+K18_P = tuple(range(1000, 1064))  # 64 tokens: four blocks exactly
+
+
+def k18_story(scheduling: str, plant=None):
+    """K18 (vLLM #44599): B = P + 6 tokens stores the state at 64 (its replay boundary); after the
+    GPU forgets it, C = P exactly. A hit of all of P would leave no token to compute, so the
+    lookup asks for 63 at most, and a Mamba hit must end on a state the tier holds: 63 rounded
+    down to the chunk is 48, never stored, so no hit. Without the round-down the tier offers 63
+    tokens and the state at 64: C resumes at token 63 with its last token already applied."""
+    requests = [RequestSpec("B", K18_P + tuple(range(5000, 5006)), answer(2000)),
+                RequestSpec("C", K18_P, answer(2100), arrival_step=12)]
+    return replay(requests, forget_before=12, scheduling=scheduling, plant=plant)
+
+
+@built_here
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_k18_the_stock_connector_rounds_the_mamba_hit_down_and_loads_no_stale_state(scheduling):
+    record, built = k18_story(scheduling)
+    assert record.problems() == [] and record.finished_requests == 2
+    assert built.ledger.first_admission["C"] == (0, 0)
+
+
+@built_here
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_k18_planted_without_the_round_down_the_oracle_reports_the_stale_mamba_state(scheduling):
+    """The stock connector with its Mamba alignment removed on the live instance (what
+    ``_lookup_complete_chunks`` rounds the bound down to): the load of 63 tokens restores the
+    state of 64, one poisoned state in group 1, chunk 3."""
+    def without_round_down(connector_scheduler):
+        connector_scheduler._mamba_align_size = None
+
+    record, built = k18_story(scheduling, plant=without_round_down)
+    assert built.ledger.first_admission["C"] == (0, 63)
+    assert [(p.req_id, p.group, p.chunk, p.bad_slots) for p in record.poisoned] == [("C", 1, 3, 1)]
+
+
+@built_here
+def test_k18_gate_passes_for_the_stock_connector_and_fails_with_its_round_down_removed(monkeypatch):
+    """The packaged gate (``kvoffload.gates``, any connector): the stock connector passes; with its
+    Mamba alignment gone (``resolve_mamba_align_size``, which the stock scheduler reads once at
+    construction for ``_lookup_complete_chunks``) the gate fails on the poisoned Mamba state."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as stock_scheduler
+
+    from kvoffload.gates.plugin import GateConnector
+    from kvoffload.gates.test_k14_k19_hybrid import TestK18MambaStateAtABoundary
+
+    gate = TestK18MambaStateAtABoundary().test_an_exact_resend_never_resumes_from_a_later_state
+    gate(GateConnector(STOCK, None))
+    monkeypatch.setattr(stock_scheduler, "resolve_mamba_align_size", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError, match="1 poisoned"):
+        gate(GateConnector(STOCK, None))
