@@ -18,7 +18,7 @@ from kvoffload.engine.engine import Engine  # noqa: E402
 from kvoffload.engine.requests import RequestSpec  # noqa: E402
 from kvoffload.gates.story import forget_free_blocks  # noqa: E402
 from kvoffload.vllm import build  # noqa: E402
-from kvoffload.vllm.build import STOCK, ConnectorLoad  # noqa: E402
+from kvoffload.vllm.build import REFERENCE, STOCK, ConnectorLoad  # noqa: E402
 from kvoffload.vllm.compat import RELEASE  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -33,9 +33,10 @@ def answer(seed: int) -> tuple[int, ...]:
     return tuple(range(seed, seed + 4))
 
 
-def replay(requests, *, forget_before: int, scheduling: str = "sync", plant=None):
-    """The record and the replay of ``requests`` with vLLM's stock connector; vLLM's GPU prefix
-    cache drops every free block before step ``forget_before`` (only the CPU tier can serve them)."""
+def replay(requests, *, forget_before: int, scheduling: str = "sync", plant=None, connector: str = STOCK):
+    """The record and the replay of ``requests`` with ``connector`` (vLLM's stock one by default);
+    vLLM's GPU prefix cache drops every free block before step ``forget_before`` (only the CPU
+    tier can serve them)."""
     from kvoffload.vllm.replay import VllmSchedulerReplay
 
     built = []
@@ -44,7 +45,7 @@ def replay(requests, *, forget_before: int, scheduling: str = "sync", plant=None
         if next_step == forget_before:
             forget_free_blocks(built[0].scheduler.kv_cache_manager.block_pool)
 
-    built.append(VllmSchedulerReplay(requests, QWEN.replace(scheduling=scheduling), ConnectorLoad(STOCK),
+    built.append(VllmSchedulerReplay(requests, QWEN.replace(scheduling=scheduling), ConnectorLoad(connector),
                                      transfer="threaded", on_step=on_step, max_steps=100))
     if plant is not None:
         plant(built[0].scheduler.connector.connector_scheduler)
@@ -115,15 +116,17 @@ def test_releases_before_029_are_refused_naming_the_release(monkeypatch):
 
 @built_here
 @pytest.mark.parametrize("scheduling", ["sync", "async"])
-def test_the_stock_connector_loads_one_mamba_state_from_the_cpu_tier(scheduling):
+@pytest.mark.parametrize("connector", [STOCK, REFERENCE])
+def test_the_connector_loads_one_mamba_state_from_the_cpu_tier(scheduling, connector):
     """A (70 tokens) caches and stores the state at 64, its replay boundary; B (A's prompt + 20)
     stores the state at 80; after the GPU forgets them, C (A's prompt + 20 others) loads 64
     tokens: four full-attention blocks and the Mamba state at 64, which the oracle finds holding
-    exactly those 64 tokens."""
+    exactly those 64 tokens. vLLM's stock connector and the reference alike (each stores a
+    state from the scheduler's boundary-state hand-off, one job per state)."""
     requests = [RequestSpec("A", PROMPT, answer(2000)),
                 RequestSpec("B", PROMPT + tuple(range(5000, 5020)), answer(2100), arrival_step=10),
                 RequestSpec("C", PROMPT + tuple(range(6000, 6020)), answer(2200), arrival_step=20)]
-    record, built = replay(requests, forget_before=20, scheduling=scheduling)
+    record, built = replay(requests, forget_before=20, scheduling=scheduling, connector=connector)
     assert record.problems() == [] and record.finished_requests == 3
     assert built.ledger.first_admission["C"] == (0, 64)  # no GPU hit, 64 tokens from the CPU tier
     assert built.checked_load_tokens == 64
@@ -132,7 +135,7 @@ def test_the_stock_connector_loads_one_mamba_state_from_the_cpu_tier(scheduling)
 K18_P = tuple(range(1000, 1064))  # 64 tokens: four blocks exactly
 
 
-def k18_story(scheduling: str, plant=None):
+def k18_story(scheduling: str, plant=None, connector: str = STOCK):
     """K18 (vLLM #44599): B = P + 6 tokens stores the state at 64 (its replay boundary); after the
     GPU forgets it, C = P exactly. A hit of all of P would leave no token to compute, so the
     lookup asks for 63 at most, and a Mamba hit must end on a state the tier holds: 63 rounded
@@ -140,13 +143,14 @@ def k18_story(scheduling: str, plant=None):
     tokens and the state at 64: C resumes at token 63 with its last token already applied."""
     requests = [RequestSpec("B", K18_P + tuple(range(5000, 5006)), answer(2000)),
                 RequestSpec("C", K18_P, answer(2100), arrival_step=12)]
-    return replay(requests, forget_before=12, scheduling=scheduling, plant=plant)
+    return replay(requests, forget_before=12, scheduling=scheduling, plant=plant, connector=connector)
 
 
 @built_here
 @pytest.mark.parametrize("scheduling", ["sync", "async"])
-def test_k18_the_stock_connector_rounds_the_mamba_hit_down_and_loads_no_stale_state(scheduling):
-    record, built = k18_story(scheduling)
+@pytest.mark.parametrize("connector", [STOCK, REFERENCE])
+def test_k18_the_connector_rounds_the_mamba_hit_down_and_loads_no_stale_state(scheduling, connector):
+    record, built = k18_story(scheduling, connector=connector)
     assert record.problems() == [] and record.finished_requests == 2
     assert built.ledger.first_admission["C"] == (0, 0)
 
@@ -180,3 +184,33 @@ def test_k18_gate_passes_for_the_stock_connector_and_fails_with_its_round_down_r
     monkeypatch.setattr(stock_scheduler, "resolve_mamba_align_size", lambda *args, **kwargs: None)
     with pytest.raises(AssertionError, match="1 poisoned"):
         gate(GateConnector(STOCK, None))
+
+
+@built_here
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_k18_planted_the_reference_without_its_round_down_loads_the_stale_mamba_state(scheduling, monkeypatch):
+    """The reference's bound only one token short of the request, as for a window alone (no fix
+    flag: every release modelled rounds down): C is served 63 tokens with the state of 64, one
+    poisoned state in group 1, chunk 3, as with vLLM's planted stock connector above."""
+    from kvoffload.core.hybrid import HybridConnectorScheduler
+
+    monkeypatch.setattr(HybridConnectorScheduler, "_lookup_bound", lambda self, req: req.num_tokens - 1)
+    record, built = k18_story(scheduling, connector=REFERENCE)
+    assert built.ledger.first_admission["C"] == (0, 63)
+    assert [(p.req_id, p.group, p.chunk, p.bad_slots) for p in record.poisoned] == [("C", 1, 3, 1)]
+
+
+@built_here
+def test_k18_gate_passes_for_the_reference_and_fails_with_its_round_down_removed(monkeypatch):
+    """The packaged gate against the reference connector (``--connector reference``): it passes;
+    with the round-down gone (``HybridConnectorScheduler._lookup_bound``) it fails on the
+    poisoned Mamba state."""
+    from kvoffload.core.hybrid import HybridConnectorScheduler
+    from kvoffload.gates.plugin import GateConnector
+    from kvoffload.gates.test_k14_k19_hybrid import TestK18MambaStateAtABoundary
+
+    gate = TestK18MambaStateAtABoundary().test_an_exact_resend_never_resumes_from_a_later_state
+    gate(GateConnector(REFERENCE, None))
+    monkeypatch.setattr(HybridConnectorScheduler, "_lookup_bound", lambda self, req: req.num_tokens - 1)
+    with pytest.raises(AssertionError, match="1 poisoned"):
+        gate(GateConnector(REFERENCE, None))

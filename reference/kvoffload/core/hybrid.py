@@ -12,7 +12,9 @@ What differs from one full-attention group (docs/engine.md, "Hybrid models"):
 - a load carries every group's chunks, a window's only from its first block still held
   (``update_state_after_alloc``);
 - stores (``hybrid_stores.py``): a window's chunks only where a later lookup can read them, its
-  blocks fenced from the store's creation, its table entries reallocated meanwhile zeroed (PR #42959).
+  blocks fenced from the store's creation, its table entries reallocated meanwhile zeroed (PR #42959);
+- a Mamba group (align mode) is a window of one chunk whose hit ends on a stored state (the bound
+  rounded down to a chunk, K18), stored only from the engine's boundary-state hand-off.
 
 The fix flags mean what they mean for one group; presets pick the release's group rules
 (``ReleaseRules``).
@@ -55,6 +57,7 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self._sliding = tuple(sorted((g for g, window in enumerate(windows) if window is not None),
                                      key=lambda g: windows[g], reverse=True))
         self._lookup_order = tuple(full) + self._sliding
+        self._has_mamba = any(group.kind is GroupKind.MAMBA for group in self.groups)
         # vLLM 0.30's window lookup (padded rightmost run, a pending chunk behind a miss does not
         # defer) and stores (reachable chunks only); before it, ReleaseRules.windows says.
         self._windows_0_30 = self.fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
@@ -100,8 +103,8 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
     def _lookup(self, state: RequestState, num_local_tokens: int) -> int | None:
         """``_lookup_complete_chunks``: tokens past the GPU hit that every group can load, in whole
         chunks; None: ask again (a chunk is pending or being loaded)."""
-        tpc, req = self.config.tokens_per_chunk, state.req
-        max_hit = req.num_tokens - (1 if self._sliding else 0)  # a window's last token is recomputed
+        tpc = self.config.tokens_per_chunk
+        max_hit = self._lookup_bound(state.req)
         num_hit, defer, order = 0, False, self._lookup_order
         while order:
             looked_at_window = False
@@ -141,6 +144,17 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self.stats.queried_tokens += len(state.groups[0].offload_keys) * tpc - num_local_tokens
         self.stats.hit_tokens += num_hit
         return num_hit
+
+    def _lookup_bound(self, req: RequestView) -> int:
+        """The most tokens a hit may cover. With a window the prompt's last token is recomputed
+        (one token short); with a Mamba group the hit must also end where a state was stored, a
+        chunk's end, so the bound rounds down to one (vLLM #44599, catalogue K18; vLLM 0.32
+        ``_lookup_complete_chunks``, ``resolve_mamba_align_size``): a hit one token short of a
+        stored state would restore the state of a token the request computes again."""
+        bound = req.num_tokens - (1 if self._sliding else 0)
+        if self._has_mamba:
+            bound -= bound % self.config.tokens_per_chunk
+        return bound
 
     def _prefix_lookup(self, keys: Sequence[bytes], start: int, end: int) -> int | None:
         """``_maximal_prefix_lookup``: hit chunks from ``start`` until the first miss; a pending

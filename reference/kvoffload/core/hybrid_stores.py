@@ -9,6 +9,12 @@ prompt's last token and before a shared-prefix junction). All groups' chunks go 
 one ``prepare_store``; its failure leaves every cursor where it was (retried next step).
 A window's source blocks are fenced at once (the engine frees them behind the window while the
 request runs); full attention's when the request finishes, as for one group.
+
+A Mamba group (align mode) is never stored from its block table: its running state is rewritten
+in place, so a table entry holds a boundary's state only until the next forward. Its cursor
+advances with the others', and its states are stored from the engine's hand-off
+(``SchedulerOutput.boundary_states``) before the step's other stores, one job per state (vLLM 0.32
+``_build_aligned_boundary_store_jobs``; docs/hybrid.md, "The reference connector and Mamba").
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ class HybridStorePlanner(StorePlanner):
         # vLLM <= 0.29 stored every window chunk (ReleaseRules.windows)
         self._masked = fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._sliding = [group.kind is GroupKind.SLIDING_WINDOW for group in groups]
+        self._mamba = [group.kind is GroupKind.MAMBA for group in groups]
         self._retention = config.prefix_cache_retention_interval
         # Loads are aligned to full attention's chunks: a window's blocks are reachable relative
         # to them (SchedulerOffloadConfig.alignment_tokens).
@@ -47,12 +54,42 @@ class HybridStorePlanner(StorePlanner):
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
         jobs: list[TransferJob] = []
+        for req_id, offers in out.boundary_states.items():
+            state = requests.get(req_id)
+            if state is not None:
+                self._store_boundary_states(state, offers, jobs)
         for req_id, num_scheduled in out.num_scheduled_tokens.items():
             state = requests.get(req_id)
             if state is not None:
                 self._store_request(state, num_scheduled, allocated, flush, jobs)
         self._store_finished(requests, out, allocated, flush, jobs)
         return jobs
+
+    def _store_boundary_states(self, state: RequestState, offers, jobs: list[TransferJob]) -> None:
+        """A Mamba state the engine offers, stored under the key of the chunk ending at its
+        boundary, its block fenced from the job's creation (the request frees it a step later
+        while the copy may wait). Skipped: a null block, a boundary past what may be offloaded
+        (the prompt only, by default) or not at a chunk's end (no lookup can end there)."""
+        req, tpc = state.req, self._tpc
+        max_boundary = min(req.num_tokens, req.num_prompt_tokens) if self.config.offload_prompt_only \
+            else req.num_tokens
+        refresh_group_keys(state, self._bpc)
+        for g, block, boundary in offers:
+            if block == NULL_BLOCK or boundary > max_boundary or boundary % tpc or not self._mamba[g]:
+                continue
+            chunk = boundary // tpc - 1
+            key = state.groups[g].offload_keys[chunk]
+            prepared = self.manager.prepare_store(req.req_id, [key], [(chunk, g)])
+            if prepared is None:
+                self.stats.store_allocation_failures += 1
+                continue
+            if not prepared.keys_to_store:
+                continue
+            job_id = self.jobs.add_store(req.req_id, (key,), (block,), fence_now=False, fence_early=(block,))
+            self.stats.store_jobs += 1
+            self.stats.chunks_stored += 1
+            jobs.append(TransferJob(job_id, req.req_id, TransferKind.STORE, (block,), tuple(prepared.slots),
+                                    (chunk,), chunk_groups=(g,), chunk_skips=(self._bpc - 1,)))
 
     def _storable(self, state: RequestState, g: int, num_tokens: int) -> int:
         """``storable_chunks``: whole chunks under the watermark, allocated and keyed."""
@@ -78,7 +115,7 @@ class HybridStorePlanner(StorePlanner):
         for g, group in enumerate(state.groups):
             start, end = group.next_stored_chunk, self._storable(state, g, watermark)
             ranges.append((start, end))
-            if end <= start:
+            if end <= start or self._mamba[g]:  # a Mamba state: only from the hand-off
                 continue
             keys = group.offload_keys[start:end]
             last_blocks = group.block_ids[start * bpc + bpc - 1:end * bpc:bpc]

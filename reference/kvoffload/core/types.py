@@ -17,8 +17,8 @@ from __future__ import annotations
 import enum
 import hashlib
 from array import array
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -146,6 +146,10 @@ class SchedulerOutput:
     new_block_ids: dict[ReqId, tuple[BlockId, ...]]
     finished_req_ids: tuple[ReqId, ...] = ()
     preempted_req_ids: tuple[ReqId, ...] = ()
+    # A Mamba group's (align mode) states to offer for storing this step, per request:
+    # (group, GPU block, boundary in tokens). The engine hands them over because a state block
+    # cannot be found from the block table (vLLM 0.32 ``take_boundary_state_offloads``).
+    boundary_states: Mapping[ReqId, tuple[tuple[int, BlockId, int], ...]] = field(default_factory=dict)
 
 
 class TransferKind(enum.Enum):

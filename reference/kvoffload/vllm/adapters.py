@@ -88,7 +88,9 @@ def project_scheduler_output(scheduler_output, step: int, hybrid: bool = False) 
     finished and preempted ids in sets. Finished ids keep the set's order, as vLLM's own
     connector walks them (final stores, then ``on_request_finished``): under a pinned
     ``PYTHONHASHSEED`` it is the simulator's order (``kvoffload.engine.set_order``). Preempted
-    ids only add jobs to a flush set; they are sorted.
+    ids only add jobs to a flush set; they are sorted. A Mamba group's boundary states come from
+    the scheduler's hand-off (``kv_connector_block_state.boundary_state_offloads``, vLLM 0.29+),
+    which vLLM clears once the connector planned the step.
     """
     new_block_ids = {}
     for req_id, groups, _resumed in yield_req_data(scheduler_output):
@@ -100,7 +102,14 @@ def project_scheduler_output(scheduler_output, step: int, hybrid: bool = False) 
         new_block_ids=new_block_ids,
         finished_req_ids=tuple(scheduler_output.finished_req_ids or ()),
         preempted_req_ids=tuple(sorted(scheduler_output.preempted_req_ids or ())),
+        boundary_states=_boundary_states(scheduler_output),
     )
+
+
+def _boundary_states(scheduler_output) -> dict[str, tuple[tuple[int, int, int], ...]]:
+    block_state = getattr(scheduler_output, "kv_connector_block_state", None)
+    offers = getattr(block_state, "boundary_state_offloads", None) if block_state is not None else None
+    return {req_id: tuple(tuple(entry) for entry in entries) for req_id, entries in (offers or {}).items()}
 
 
 @dataclass

@@ -135,9 +135,6 @@ def _check_groups(kv_cache_config, model_name: str):
     if seen != wanted:
         raise ConfigError(f"KVOffloadConnector: vLLM's KV cache groups {[type(g.kv_cache_spec).__name__ for g in groups]} "
                           f"are not model {model.name!r}'s (option model)")
-    if model.has_mamba:  # its boundary-state stores and one-block loads: docs/hybrid.md, "Not done yet"
-        raise ConfigError(f"KVOffloadConnector: model {model.name!r}: the reference connector does not handle "
-                          "Mamba groups yet")
     sizes = {g.kv_cache_spec.block_size for g in groups}
     if len(sizes) != 1:
         raise ConfigError(f"KVOffloadConnector: the KV cache groups' block sizes differ ({sorted(sizes)})")
