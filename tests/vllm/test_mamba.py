@@ -59,9 +59,10 @@ def test_the_simulator_still_refuses_qwen3_next_in_one_line():
 def test_the_mamba_group_is_built_in_align_mode_for_the_scheduler_and_the_stock_connector():
     """vLLM's own config, layout and scheduler take the group: equal pages (``mamba_spec``), the
     hybrid coordinator with a MambaManager, the aligned prefill split on, and the stock
-    connector's view of the group: a window of one chunk whose blocks, from 0.28, are
-    copy-on-write sources (stored only from the scheduler's boundary-state hand-off; before, from
-    the block table like a window's, 0.25.0 ``offloading/scheduler.py`` ``_build_store_jobs``)."""
+    connector's view of the group: a window of one chunk, from 0.28 of copy-on-write sources
+    (``requires_cow_source``; 0.29+ store it only from the scheduler's boundary-state hand-off,
+    0.25-0.28 from the block table like a window, 0.25.0 ``offloading/scheduler.py``
+    ``_build_store_jobs``)."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     load = ConnectorLoad(STOCK)
