@@ -41,7 +41,7 @@ from kvoffload.choice import REFERENCE, STOCK, WITH_STORAGE, check_source
 from kvoffload.core.model import GroupKind
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
-from kvoffload.vllm.compat import RELEASE, allocate_kv_caches, own_storage_per_layer, use_kv_cache_layout
+from kvoffload.vllm.compat import allocate_kv_caches, for_connector, own_storage_per_layer, use_kv_cache_layout
 from kvoffload.vllm.settings import refuse_unhonoured
 from kvoffload.vllm.tiny_kv import HEAD_SIZE, KV_DTYPE, LAYER_NAMES, NUM_KV_HEADS, NUM_LAYERS, block_bytes
 
@@ -303,11 +303,6 @@ def mamba_spec(page_bytes: int, block_size: int) -> MambaSpec:
 def _check_mamba_runs_here(engine: EngineConfig, hybrid_manager: bool) -> None:
     """What a Mamba group cannot be built with yet, each refused in one line."""
     name = engine.kv_model.name
-    if RELEASE < (0, 29, 0):
-        # vLLM 0.25-0.28's offloading worker takes a Mamba layer as a list of state tensors
-        # (offloading/worker.py, register_kv_caches); the compat allocator hands it one page array.
-        raise ConfigError(f"model {name!r}: vLLM {'.'.join(map(str, RELEASE))}'s offloading worker needs a list "
-                          "of state tensors per Mamba layer, which this replay does not build (vLLM 0.29+ only)")
     if not hybrid_manager:
         raise ConfigError(f"model {name!r} needs vLLM's hybrid KV cache manager, which vLLM turns off for a "
                           "connector that does not support it (SupportsHMA): a Mamba group cannot be unified")
@@ -350,7 +345,10 @@ def build_worker_side(config: VllmConfig, kv_cache_config, standins=None, comple
     try:
         with set_current_vllm_config(config), active(timeline):
             connector = KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
-            connector.register_kv_caches(kv_caches if patches is None else own_storage_per_layer(kv_caches))
+            # What the release's runner hands a connector: a Mamba layer as state tensors before
+            # 0.27 (compat/v0_27.py), one allocation per layer for a patched foreign connector.
+            handed = kv_caches if patches is None else own_storage_per_layer(kv_caches)
+            connector.register_kv_caches(for_connector(handed, kv_cache_config))
     except BaseException:
         if patches is not None:
             patches.undo()

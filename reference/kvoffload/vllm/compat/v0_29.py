@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from kvoffload.vllm.compat import v0_27
+
 
 def allocate_since(config, kv_cache_config) -> dict[str, torch.Tensor]:
     from vllm.v1.worker.utils import allocate_kv_cache
@@ -27,10 +29,13 @@ def allocate_since(config, kv_cache_config) -> dict[str, torch.Tensor]:
 
 def allocate_before(config, kv_cache_config) -> dict[str, torch.Tensor]:
     """A hybrid model's groups alias one page array per ``KVCacheTensor`` (its ``shared_by``: one
-    layer of each group), as 0.25-0.28's runner allocated them; the worker checks the aliasing."""
+    layer of each group), as 0.25-0.28's runner allocated them; the worker checks the aliasing.
+    An attention layer sees its pages as ``[B, H, N, C]``, a Mamba layer as the int8 page view of
+    0.27+ (``v0_27.mamba_pages``; 0.25-0.26's connectors get it as state tensors,
+    ``v0_27.for_connector_before``)."""
     num_blocks = kv_cache_config.num_blocks
     spec_of = {name: group.kv_cache_spec for group in kv_cache_config.kv_cache_groups for name in group.layer_names}
-    # (vLLM 0.32's KVCacheTensor has no shared_by: this side runs there only in its test, dense.)
+    # (vLLM 0.32's KVCacheTensor has no shared_by: this side runs there only in its tests.)
     shared = [list(getattr(tensor, "shared_by", ())) for tensor in kv_cache_config.kv_cache_tensors]
     if any(len(names) > 1 for names in shared):
         arrays = shared
@@ -39,11 +44,15 @@ def allocate_before(config, kv_cache_config) -> dict[str, torch.Tensor]:
     buffer = torch.zeros(sum(spec_of[names[0]].page_size_bytes for names in arrays) * num_blocks, dtype=torch.int8)
     views, offset = {}, 0
     for names in arrays:
-        spec = spec_of[names[0]]
-        size = spec.page_size_bytes * num_blocks
-        pages = buffer[offset:offset + size].view(spec.dtype)
+        size = spec_of[names[0]].page_size_bytes * num_blocks
+        pages = buffer[offset:offset + size]
         for name in names:
-            views[name] = pages.view(num_blocks, spec.num_kv_heads, spec.block_size, 2 * spec.head_size)
+            spec = spec_of[name]
+            if type(spec).__name__ == "MambaSpec":  # the runner's int8 page view (compat/v0_27.py)
+                views[name] = v0_27.mamba_pages(pages, num_blocks, spec.page_size_bytes)
+            else:
+                views[name] = pages.view(spec.dtype).view(num_blocks, spec.num_kv_heads, spec.block_size,
+                                                          2 * spec.head_size)
         offset += size
     return views
 
