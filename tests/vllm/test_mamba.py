@@ -24,6 +24,11 @@ from kvoffload.vllm.compat import RELEASE  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
+# The reference stores Mamba states from the scheduler's boundary-state hand-off (vLLM 0.29+) and
+# refuses older releases in one line (test_before_029_the_reference_refuses_a_mamba_group).
+REFERENCE_HERE = pytest.mark.skipif(RELEASE < (0, 29, 0), reason="the reference needs vLLM 0.29's boundary states")
+REFERENCE_CASE = pytest.param(REFERENCE, marks=REFERENCE_HERE)
+
 QWEN = EngineConfig(model="qwen3-next", gpu_blocks=64, cpu_chunks=64, block_size=16, max_num_seqs=8,
                     max_num_batched_tokens=64)
 PROMPT = tuple(range(1000, 1070))  # 70 tokens: four full blocks and six more
@@ -107,7 +112,7 @@ def test_a_connector_without_the_hybrid_manager_is_refused():
 
 
 @pytest.mark.parametrize("scheduling", ["sync", "async"])
-@pytest.mark.parametrize("connector", [STOCK, REFERENCE])
+@pytest.mark.parametrize("connector", [STOCK, REFERENCE_CASE])
 def test_the_connector_loads_one_mamba_state_from_the_cpu_tier(scheduling, connector):
     """A (70 tokens) caches and stores the state at 64, its replay boundary; B (A's prompt + 20)
     stores the state at 80; after the GPU forgets them, C (A's prompt + 20 others) loads 64
@@ -138,7 +143,7 @@ def k18_story(scheduling: str, plant=None, connector: str = STOCK):
 
 
 @pytest.mark.parametrize("scheduling", ["sync", "async"])
-@pytest.mark.parametrize("connector", [STOCK, REFERENCE])
+@pytest.mark.parametrize("connector", [STOCK, REFERENCE_CASE])
 def test_k18_the_connector_rounds_the_mamba_hit_down_and_loads_no_stale_state(scheduling, connector):
     record, built = k18_story(scheduling, connector=connector)
     assert record.problems() == [] and record.finished_requests == 2
@@ -174,7 +179,7 @@ def test_k18_gate_passes_for_the_stock_connector_and_fails_with_its_round_down_r
         gate(GateConnector(STOCK, None))
 
 
-@built_here
+@REFERENCE_HERE
 @pytest.mark.parametrize("scheduling", ["sync", "async"])
 def test_k18_planted_the_reference_without_its_round_down_loads_the_stale_mamba_state(scheduling, monkeypatch):
     """The reference's bound only one token short of the request, as for a window alone (no fix
@@ -188,7 +193,7 @@ def test_k18_planted_the_reference_without_its_round_down_loads_the_stale_mamba_
     assert [(p.req_id, p.group, p.chunk, p.bad_slots) for p in record.poisoned] == [("C", 1, 3, 1)]
 
 
-@built_here
+@REFERENCE_HERE
 def test_k18_gate_passes_for_the_reference_and_fails_with_its_round_down_removed(monkeypatch):
     """The packaged gate against the reference connector (``--connector reference``): it passes;
     with the round-down gone (``HybridConnectorScheduler._lookup_bound``) it fails on the
@@ -202,3 +207,11 @@ def test_k18_gate_passes_for_the_reference_and_fails_with_its_round_down_removed
     monkeypatch.setattr(HybridConnectorScheduler, "_lookup_bound", lambda self, req: req.num_tokens - 1)
     with pytest.raises(AssertionError, match="1 poisoned"):
         gate(GateConnector(REFERENCE, None))
+
+
+@pytest.mark.skipif(RELEASE >= (0, 29, 0), reason="vLLM 0.29+ hand the reference its boundary states")
+def test_before_029_the_reference_refuses_a_mamba_group_in_one_line():
+    """0.25-0.28's schedulers hand a connector no boundary states: the reference would store no
+    Mamba state and serve nothing, so it says so instead (and the K18 gate skips with this line)."""
+    with pytest.raises(ConfigError, match=r"^KVOffloadConnector: model 'qwen3-next': vLLM 0\.2[5-8]\.\d's scheduler hands"):
+        k18_story("sync", connector=REFERENCE)

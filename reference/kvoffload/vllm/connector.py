@@ -28,6 +28,7 @@ from kvoffload.core.hybrid import connector_scheduler
 from kvoffload.core.model import GroupKind, model_named
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
 from kvoffload.core.types import ConfigError, ConnectorConfig, TransferResult
+from kvoffload.vllm.compat import RELEASE
 from kvoffload.vllm.adapters import (
     CompletedJobsMetadata,
     StepPlanMetadata,
@@ -138,6 +139,13 @@ def _check_groups(kv_cache_config, model_name: str):
     sizes = {g.kv_cache_spec.block_size for g in groups}
     if len(sizes) != 1:
         raise ConfigError(f"KVOffloadConnector: the KV cache groups' block sizes differ ({sorted(sizes)})")
+    if any(group.kind is GroupKind.MAMBA for group in model.groups) and RELEASE < (0, 29, 0):
+        # The reference stores a Mamba state only from the scheduler's boundary-state hand-off,
+        # which vLLM 0.29 added (docs/hybrid.md, "The reference connector and Mamba"); before it
+        # the reference would store none and serve nothing.
+        raise ConfigError(f"KVOffloadConnector: model {model.name!r}: vLLM {'.'.join(map(str, RELEASE))}'s scheduler "
+                          "hands a connector no Mamba boundary states (vLLM 0.29+), and the reference stores a "
+                          "Mamba state only from them")
     return groups[0]
 
 
