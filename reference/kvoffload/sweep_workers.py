@@ -9,7 +9,7 @@
   thread notices the new parent process id within a second and sends it.
 - **SIGTERM** (from :func:`stop` or the kernel): a worker in a cell unwinds it with
   :class:`Stopped` — ``results.write_atomic`` removes the temporary file it was writing — and
-  exits; an idle worker takes the signal's default action, so the kernel ends it whichever of
+  exits (or SIGALRM ends it :data:`UNWIND_SECONDS` later, if something swallowed the Stopped); an idle worker takes the signal's default action, so the kernel ends it whichever of
   its threads the signal reaches. A Python handler would not do there: numpy's OpenBLAS starts a
   thread in each worker, a signal that lands on it only flags the handler for the main thread,
   and an idle main thread is blocked reading the pool's queue, which a sibling worker keeps open
@@ -31,6 +31,10 @@ from typing import Any, Callable, Iterator
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 POLL_SECONDS = 1.0  # the parent watch where there is no prctl
 STOP_SECONDS = 30.0  # how long stop() waits for a worker to clean up before killing it
+# A stopped cell unwinds in milliseconds. If it has not ended the worker within this, the Stopped
+# was swallowed (a library's bare ``except``, or a finaliser, whose exceptions Python only prints):
+# SIGALRM's default action then ends it, whichever thread takes the signal.
+UNWIND_SECONDS = 5
 
 
 class Stopped(BaseException):
@@ -101,6 +105,7 @@ def stop(pool) -> None:
 
 
 def _on_terminate(signum: int, frame: Any) -> None:
+    signal.alarm(UNWIND_SECONDS)
     raise Stopped
 
 

@@ -178,3 +178,31 @@ def test_an_idle_worker_dies_of_sigterm_whichever_thread_takes_it():
                           text=True, timeout=30)  # the old handler: still reading when this ends
     assert done.returncode == -signal.SIGTERM, done.stderr
     assert done.stdout == ""
+
+
+# A worker stopped in a cell where the Stopped is swallowed: a library's bare ``except`` (or a
+# finaliser, whose exceptions Python only prints) catches it, and the cell runs on. A sweep killed
+# while its workers imported left one running about once in 40 trials after the idle fix above.
+STOPPED_AND_SWALLOWED = """
+import os, signal, time
+from kvoffload import sweep_workers
+
+def a_cell_that_swallows_everything():
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    except BaseException:
+        pass
+    time.sleep(60)  # the rest of a long replay
+    print("ran on")
+
+sweep_workers.start(os.getppid())
+sweep_workers.run_in_worker(a_cell_that_swallows_everything)
+"""
+
+
+def test_a_cell_that_swallows_the_stop_still_ends_by_the_unwind_alarm():
+    done = subprocess.run([sys.executable, "-c", STOPPED_AND_SWALLOWED], capture_output=True, text=True,
+                          timeout=30)  # without the bound: "ran on" after 60 s, past this
+    assert done.returncode == -signal.SIGALRM, done.stderr  # sweep_workers.UNWIND_SECONDS after the stop
+    assert done.stdout == ""
