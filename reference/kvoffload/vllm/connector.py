@@ -28,13 +28,13 @@ from kvoffload.core.hybrid import connector_scheduler
 from kvoffload.core.model import GroupKind, model_named
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
 from kvoffload.core.types import ConfigError, ConnectorConfig, TransferResult
-from kvoffload.vllm.compat import RELEASE
 from kvoffload.vllm.adapters import (
     CompletedJobsMetadata,
     StepPlanMetadata,
     VllmRequestView,
     project_scheduler_output,
 )
+from kvoffload.vllm.compat import RELEASE
 from kvoffload.vllm.regions import TRANSFER_KINDS, block_regions, make_handler
 from kvoffload.worker.connector import WorkerConnector
 
@@ -139,7 +139,7 @@ def _check_groups(kv_cache_config, model_name: str):
     sizes = {g.kv_cache_spec.block_size for g in groups}
     if len(sizes) != 1:
         raise ConfigError(f"KVOffloadConnector: the KV cache groups' block sizes differ ({sorted(sizes)})")
-    if any(group.kind is GroupKind.MAMBA for group in model.groups) and RELEASE < (0, 29, 0):
+    if model.has_mamba and RELEASE < (0, 29, 0):
         # The reference stores a Mamba state only from the scheduler's boundary-state hand-off,
         # which vLLM 0.29 added (docs/hybrid.md, "The reference connector and Mamba"); before it
         # the reference would store none and serve nothing.
