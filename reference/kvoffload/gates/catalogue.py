@@ -51,6 +51,8 @@ VLLM_ONLY: dict[str, str] = {
            "peer); the simulator runs one connector per engine",
     "K18": "the simulator does not model Mamba (recurrent state) groups yet and refuses qwen3-next; vLLM's "
            "scheduler runs them (vllm/build.py)",
+    "K19": "per-group local hits diverge only with a Mamba group (vLLM's get_computed_blocks_for_connector), "
+           "which the simulator does not model yet",
 }
 
 # Needs something this project does not model: one line each, no test that cannot fail.
@@ -64,6 +66,4 @@ NO_GATE: dict[str, str] = {
            "finer than the GPU block, or several block sizes); with one block and hash size the pending "
            "window blocks stay within the bound",
     "K17": "drafter (EAGLE/MTP) KV groups are not modelled: the engines' drafter is n-gram, with no KV",
-    "K19": "per-group local hits diverge only with a Mamba group (vLLM's get_computed_blocks_for_connector), "
-           "which is not modelled yet",
 }

@@ -3,7 +3,7 @@ connector named by ``--kv-connector``.
 
 The model is ``gpt-oss-tiny`` (``kvoffload.core.model``): full attention and an 8-token sliding
 window, block size 4, one block per chunk; vLLM's scheduler frees a window's blocks behind it
-while the request runs; K18's is ``qwen3-next`` (full attention and Mamba). K15-K17 and K19 skip
+while the request runs; K18's and K19's is ``qwen3-next`` (full attention and Mamba). K15-K17 skip
 with the catalogue's reason (what the suite does not model).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.engine.requests import RequestSpec
-from kvoffload.gates.story import TINY, assert_clean, replay, tokens
+from kvoffload.gates.story import TINY, assert_clean, assert_whole_prompt_served, replay, tokens
 from kvoffload.gates.test_k21_k30_tier import _not_modelled
 
 DECLINES = "needs a tier whose allocation fails on demand: the reference's manager or vLLM's CPU manager"
@@ -23,6 +23,8 @@ NOTHING_TO_FENCE = ("the story never reached its fence: this connector stored no
                     "(served 0 tokens, no poisoned load); SimpleCPU stores a block the step after its forward, "
                     "when the window has already freed it, ExampleConnector only an exact prompt "
                     "(docs/connectors.md)")
+NOTHING_SERVED = ("the story never reached a hit: this connector stored nothing B could load (served 0 tokens, "
+                  "no poisoned load)")
 
 
 def window_groups(built) -> None:
@@ -128,4 +130,54 @@ class TestK18MambaStateAtABoundary:
         except ConfigError as error:  # a connector or release that cannot run a Mamba group here
             pytest.skip(f"cannot run a Mamba group: {error}")
         assert_clean(record, finished=2)
-TestK19LocallyComputedTokensOfHybrids = _not_modelled("K19")
+
+
+def loses_all_but_the_head(req_id: str, head_blocks: int, before_step: int):
+    """``prepare`` of a story in which memory pressure takes every free block of the GPU prefix
+    cache before ``before_step`` except the first ``head_blocks`` full-attention blocks of
+    ``req_id`` (noted while it runs): the cache keeps a prefix's attention and loses the Mamba
+    states at its end, so the groups' local hits diverge."""
+    def prepare(built) -> None:
+        scheduler, plain, head = built.scheduler, built.on_step, set()
+        groups = scheduler.kv_cache_config.kv_cache_groups
+        attention = next(i for i, g in enumerate(groups) if type(g.kv_cache_spec).__name__ == "FullAttentionSpec")
+
+        def on_step(next_step: int, finished: int) -> None:
+            if req_id in scheduler.requests:
+                head.update(scheduler.kv_cache_manager.get_block_ids(req_id)[attention][:head_blocks])
+            if next_step == before_step:
+                pool = scheduler.kv_cache_manager.block_pool
+                for block in pool.blocks:
+                    if block.ref_cnt == 0 and block.block_id not in head:
+                        pool._maybe_evict_cached_block(block)
+            if plain is not None:
+                plain(next_step, finished)
+        built.on_step = on_step
+    return prepare
+
+
+class TestK19DivergentLocalHitsOfAHybrid:
+    """vLLM #43884, #46453, #50454. ``qwen3-next``, block size 16. B0 (P = 48 tokens, + 30) runs;
+    then memory pressure takes all of the GPU cache but P's three attention blocks: the groups'
+    local hits diverge (48 tokens of attention, no Mamba state). vLLM 0.27 tells every connector
+    the deeper attention hit, 0.28+ only one that sets ``supports_divergent_local_hybrid_hits``
+    (``KVCacheManager.get_computed_blocks_for_connector``); such a connector must bring, with the
+    attention it loads past it, the Mamba state of the boundary it serves (64), or B resumes from
+    a state no forward wrote. Any other sees the hit every group agrees on (none) and serves the
+    whole prefix. B (B0's prompt + 4) gets its 64 tokens back, clean."""
+
+    def test_a_hit_the_groups_disagree_on_resumes_from_the_state_it_serves(self, kv_connector):
+        from kvoffload.core.types import ConfigError
+        from kvoffload.vllm.foreign import family_of
+
+        prompt = tuple(range(1000, 1048)) + tuple(range(5000, 5030))
+        requests = [RequestSpec("B0", prompt, tokens(2, 4)),
+                    RequestSpec("B", prompt + tuple(range(7000, 7004)), tokens(3, 4), arrival_step=12)]
+        try:
+            record, _ = replay(kv_connector, requests, MAMBA, prepare=loses_all_but_the_head("B0", 3, before_step=12))
+        except ConfigError as error:
+            pytest.skip(f"cannot run a Mamba group: {error}")
+        assert_clean(record, finished=2)
+        if record.connector_hit_tokens_admitted == 0 and family_of(kv_connector.source) is not None:
+            pytest.skip(NOTHING_SERVED)
+        assert_whole_prompt_served(record, 64, connector_at_least=16)
