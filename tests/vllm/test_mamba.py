@@ -15,7 +15,6 @@ pytest.importorskip("vllm")
 
 from kvoffload.core.types import ConfigError  # noqa: E402
 from kvoffload.engine.config import EngineConfig  # noqa: E402
-from kvoffload.engine.engine import Engine  # noqa: E402
 from kvoffload.engine.requests import RequestSpec  # noqa: E402
 from kvoffload.gates.story import forget_free_blocks  # noqa: E402
 from kvoffload.vllm import build  # noqa: E402
@@ -55,11 +54,6 @@ def replay(requests, *, forget_before: int, scheduling: str = "sync", plant=None
     if plant is not None:
         plant(built[0].scheduler.connector.connector_scheduler)
     return built[0].run(), built[0]
-
-
-def test_the_simulator_still_refuses_qwen3_next_in_one_line():
-    with pytest.raises(ConfigError, match="^model 'qwen3-next': Mamba groups are not modelled by the simulator yet"):
-        Engine([RequestSpec("A", PROMPT, answer(1))], QWEN)
 
 
 def test_the_mamba_group_is_built_in_align_mode_for_the_scheduler_and_the_stock_connector():
@@ -102,6 +96,7 @@ def test_the_mamba_group_is_built_in_align_mode_for_the_scheduler_and_the_stock_
     ({"scheduling": "async", "spec_tokens": 1}, "speculative decoding with a Mamba group"),
 ])
 def test_what_is_not_built_is_refused_in_one_line(settings, refusal):
+    """The engine settings refuse it for both engines (EngineConfig), before vLLM is built."""
     with pytest.raises(ConfigError, match=refusal):
         build.kv_cache_groups(QWEN.replace(**settings))
 

@@ -55,7 +55,11 @@ class KVCacheGroup:
 
     def skipped_tokens(self, num_computed_tokens: int) -> int:
         """Tokens no later position attends to any more (``get_num_skipped_tokens``): their
-        blocks are freed (``remove_skipped_blocks``). 0 for every other kind."""
+        blocks are freed (``remove_skipped_blocks``). Mamba keeps only the state of the last
+        token (``MambaManager.get_num_skipped_tokens``: ``num_computed_tokens - 1``; vLLM's
+        callers treat a negative count as none). 0 for full attention."""
+        if self.kind is GroupKind.MAMBA:
+            return max(0, num_computed_tokens - 1)
         if self.kind is not GroupKind.SLIDING_WINDOW:
             return 0
         return max(0, num_computed_tokens - self.sliding_window + 1)
@@ -96,6 +100,9 @@ class KVCacheGroup:
         (``SlidingWindowManager.reachable_block_mask``); None: every block (full attention,
         dense retention, or a window longer than a segment). ``boundaries``: the token positions
         a replay resumes at (``num_prompt_tokens - 1``, a shared-prefix junction)."""
+        if self.kind is GroupKind.MAMBA:
+            return self._mamba_state_mask(start_block, end_block, block_size, alignment_tokens,
+                                          retention_interval, boundaries)
         if self.kind is not GroupKind.SLIDING_WINDOW or alignment_tokens % block_size:
             return None
         need = self.blocks_for_hit(block_size)
@@ -118,6 +125,29 @@ class KVCacheGroup:
                 end = boundary // alignment_tokens * alignment_tokens // block_size
                 for i in range(max(start_block, end - need), min(end_block, end)):
                     mask[i - start_block] = True
+        return mask
+
+    @staticmethod
+    def _mamba_state_mask(start_block: int, end_block: int, block_size: int, alignment_tokens: int,
+                          retention_interval: int | None, boundaries: Sequence[int]) -> list[bool] | None:
+        """``MambaManager.reachable_block_mask``: a hit reads one state block, the one ending at
+        its length. Dense retention (None) keeps every state; ``> 0`` one per segment (every
+        block when a segment is at most one); both keep the block ending at each boundary,
+        rounded down to the alignment."""
+        if retention_interval is None:
+            return None
+        mask = [False] * (end_block - start_block)
+        if retention_interval:
+            per_segment = retention_interval // block_size
+            if per_segment <= 1:
+                return None
+            first = (start_block + per_segment) // per_segment * per_segment - 1
+            for i in range(first - start_block, len(mask), per_segment):
+                mask[i] = True
+        for boundary in boundaries:
+            block = boundary // alignment_tokens * alignment_tokens // block_size - 1
+            if start_block <= block < end_block:
+                mask[block - start_block] = True
         return mask
 
 
@@ -149,8 +179,6 @@ class ModelDescription:
         """Why the simulator cannot replay this model yet, or None. vLLM's scheduler
         (``--engine vllm-scheduler``) builds a Mamba group already (``vllm/build.py``)."""
         for group in self.groups:
-            if group.kind is GroupKind.MAMBA:
-                return "Mamba groups are not modelled by the simulator yet (--engine vllm-scheduler runs them)"
             if group.drafter:
                 return "drafter (EAGLE/MTP) groups are not modelled by the engine yet"
         if self.groups[0] != FULL:

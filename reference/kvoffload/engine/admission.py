@@ -110,6 +110,10 @@ class Admission:
         if count is None:  # spec decode: its padded step does not fit the budget
             return Outcome.STOP, 0
         hybrid = self.scheduler.hybrid
+        if hybrid is not None and hybrid.mamba:  # the Mamba split; 0 ends admission for the step
+            count = hybrid.split(live, req.num_computed_tokens, count)
+            if not count:
+                return Outcome.STOP, 0
         if hybrid is not None:  # allocate_slots: the whole-sequence gate, the window's skipped blocks, the step
             if self.config.reserve_full_isl and hybrid.blocks_for_running(live, req.num_tokens, True) > pool.num_free:
                 return Outcome.STOP, 0
@@ -145,6 +149,10 @@ class Admission:
                                                   min(req.num_tokens - num_local, budget), budget)
         if count is None:  # spec decode: its padded step does not fit the budget
             return Outcome.STOP, 0
+        if count and hybrid is not None and hybrid.mamba:  # the Mamba split; 0 ends admission for the step
+            count = hybrid.split(live, num_local, count)
+            if not count:
+                return Outcome.STOP, 0
         if hybrid is not None:
             if not self._fits_hybrid(live, hybrid, group_hits, num_local, hits, count):
                 return Outcome.STOP, 0

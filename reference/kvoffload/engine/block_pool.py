@@ -206,6 +206,10 @@ class BlockPool:
         blocks = self._blocks_of_hash.get(key)
         return blocks[0] if blocks is not None else None
 
+    def hash_of(self, block: BlockId) -> bytes | None:
+        """The key ``block`` is findable under, or None."""
+        return self._hash_of[block]
+
     def commit_one(self, block: BlockId, key: bytes) -> None:
         """Make ``block`` findable under ``key`` (a group's hash: ``core/keys.py``, ``group_key``)."""
         if self._hash_of[block] is None:

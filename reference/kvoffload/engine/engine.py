@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence
 
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.hybrid import connector_scheduler
+from kvoffload.core.model import GroupKind
 from kvoffload.core.types import BlockId, ConfigError, TransferResult, cdiv
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, StepBound
@@ -79,7 +80,7 @@ class Engine:
         if unsupported is not None:
             raise ConfigError(f"model {config.model!r}: {unsupported}")
         # A hybrid model's groups other than group 0 get the forward's writes too (oracle.py).
-        self._other_groups = range(1, len(config.kv_model.groups))
+        self._other_groups = [(g, group.kind is GroupKind.MAMBA) for g, group in enumerate(config.kv_model.groups)][1:]
         try:
             self.kv = KVCache(config.gpu_blocks, bs, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)
         except (RuntimeError, MemoryError) as error:  # torch's "can't allocate memory"
@@ -197,8 +198,8 @@ class Engine:
         # 4. the forward; the oracle checks the fence before the writes land
         observer.forward_written(step, scheduled)
         writes = self.oracle.forward(scheduled)
-        for group in self._other_groups:
-            self.oracle.forward_group(scheduled, group)
+        for group, state in self._other_groups:
+            self.oracle.forward_group(scheduled, group, state)
         not_copied = observer.unsubmitted(plan.store_jobs) + [
             observer.open_stores[job_id].job for job_id in self.handler.pending_store_job_ids()]
         self.record.fence_violations += self.oracle.check_fence(step, plan, writes, not_copied,

@@ -16,7 +16,10 @@ draw from one pool. The rules, each with its vLLM function (docs/engine.md, "Hyb
   allocates blocks for an external hit only inside the window (``allocate_external_computed_blocks``);
 - a sliding window caches only the blocks a later hit can read (``reachable_block_mask``,
   retention interval, replay boundary and junction);
-- admission reserves at most a sliding window's cap (``max_admission_blocks_per_request``).
+- admission reserves at most a sliding window's cap (``max_admission_blocks_per_request``);
+- a Mamba group (align mode) follows ``MambaManager`` (``mamba.py``): one state block per
+  request at its row's last index, the hit the rightmost cached state, and every state it caches
+  offered to the connector (``take_boundary_state_offloads``).
 
 The dense model (one full-attention group) never comes here: the scheduler's own code is this
 module's one-group case, kept inlined for speed; ``tests/engine/test_kv_groups.py`` holds the two
@@ -33,6 +36,7 @@ from kvoffload.core.types import NULL_BLOCK, BlockId, cdiv
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.live import LiveRequest
+from kvoffload.engine.mamba import MambaRows, aligned_split
 
 Tables = list[list[BlockId]]
 
@@ -47,9 +51,16 @@ class HybridKV:
         in_flight = config.max_num_batched_tokens * (2 if config.scheduling == "async" else 1)
         self.caps = [group.admission_cap(config.block_size, in_flight) for group in self.groups]
         self.windowed = [g for g, group in enumerate(self.groups) if group.kind is GroupKind.SLIDING_WINDOW]
-        # _spec_decode_step_blocks: one decode step's blocks in every (non-Mamba) group.
+        self.mamba = {g: MambaRows(g, pool, config.block_size) for g, group in enumerate(self.groups)
+                      if group.kind is GroupKind.MAMBA}
+        self.others = [g for g, group in enumerate(self.groups) if group.kind is not GroupKind.FULL_ATTENTION]
+        # _spec_decode_step_blocks: one decode step's blocks in every non-Mamba group.
         k = config.spec_tokens
-        self.spec_step_blocks = len(self.groups) * cdiv(1 + k, config.block_size) if k else 0
+        self.spec_step_blocks = (len(self.groups) - len(self.mamba)) * cdiv(1 + k, config.block_size) if k else 0
+        # The Mamba states cached since the last schedule, (request, group, block, boundary
+        # tokens), for the connector (``_pending_boundary_state_offloads``).
+        self.boundary_offers: list[tuple[str, int, BlockId, int]] = []
+        self.max_prefill_tokens = config.max_num_batched_tokens  # max_num_scheduled_tokens
 
     @staticmethod
     def set_tables(live: LiveRequest, tables: Tables) -> None:
@@ -72,10 +83,11 @@ class HybridKV:
         length = longest = len(full) * bs
         while True:  # the fixed point of HybridKVCacheCoordinator.find_longest_cache_hit
             candidate = length
-            for g in self.windowed:
-                hits[g] = self._window_hit(g, hashes, candidate)
+            for g in self.others:
+                rows = self.mamba.get(g)
+                hits[g] = self._window_hit(g, hashes, candidate) if rows is None else rows.hit(hashes, candidate)
                 candidate = len(hits[g]) * bs
-            if candidate >= length or len(self.windowed) == 1:  # one window: one pass (simple hybrid)
+            if candidate >= length or len(self.others) == 1:  # one other group: one pass (simple hybrid)
                 length = min(length, candidate)
                 break
             length = candidate
@@ -110,6 +122,9 @@ class HybridKV:
         bs, needed = self.block_size, 0
         ref_free = self.pool.num_free_after_taking
         for g, group in enumerate(self.groups):
+            if g in self.mamba:
+                needed += self.mamba[g].blocks_needed(0, hits[g], num_tokens)
+                continue
             required = cdiv(num_tokens, bs)
             if capped and self.caps[g] is not None:
                 required = min(required, self.caps[g])
@@ -123,6 +138,9 @@ class HybridKV:
         """The same for a request holding blocks (its tables only grow here)."""
         needed = 0
         for g, table in enumerate(live.tables):
+            if g in self.mamba:
+                needed += self.mamba[g].blocks_needed(len(table), (), num_tokens)
+                continue
             required = cdiv(num_tokens, self.block_size)
             if capped and self.caps[g] is not None:
                 required = min(required, self.caps[g])
@@ -152,7 +170,10 @@ class HybridKV:
         """``allocate_new_blocks``: every group's table grows to ``num_tokens`` slots; returns the
         new blocks per group."""
         fresh = []
-        for table in live.tables:
+        for g, table in enumerate(live.tables):
+            if g in self.mamba:
+                fresh.append(tuple(self.mamba[g].allocate(live.req_id, table, num_tokens)))
+                continue
             new = self.pool.allocate(max(0, cdiv(num_tokens, self.block_size) - len(table)))
             table.extend(new)
             fresh.append(tuple(new))
@@ -172,12 +193,16 @@ class HybridKV:
                 table[i] = NULL_BLOCK
             if freed:
                 self.pool.free(freed[::-1])  # free_blocks(freed): the first listed is reused first
+        for g, rows in self.mamba.items():
+            rows.remove_skipped(live.req_id, live.tables[g], processed_tokens)
 
     def cache(self, live: LiveRequest, num_tokens: int) -> None:
         """``cache_blocks`` in every group: the full blocks below ``num_tokens``, a window's only
         where a later hit can read them."""
         req, bs = live.req, self.block_size
         full_blocks = num_tokens // bs
+        if self.mamba:
+            self._mark_prompt_state(live, full_blocks)
         if full_blocks <= min(live.cached_blocks):
             return  # the decode step: no block filled
         junction = req.shared_prefix_boundary
@@ -191,7 +216,28 @@ class HybridKV:
             for i in range(start, full_blocks):
                 if table[i] and (mask is None or mask[i - start]):
                     self.pool.commit_one(table[i], group_key(hashes[i], g))
+            if g in self.mamba:  # every cached state: not a hit this step, offered to the connector
+                for i in range(start, full_blocks):
+                    key = self.pool.hash_of(table[i]) if table[i] else None
+                    if key is not None:
+                        self.mamba[g].cached_this_step.add(key)
+                        self.boundary_offers.append((live.req_id, g, table[i], (i + 1) * bs))
             live.cached_blocks[g] = full_blocks
+
+    def _mark_prompt_state(self, live: LiveRequest, full_blocks: int) -> None:
+        """``MambaManager._cache_partial_tail_block``, in the suite's geometry: a caching call
+        ending exactly at the prompt's replay boundary (``num_prompt_tokens - 1`` rounded down,
+        the coordinator's ``_align_cacheable``) registers the state block there again, hit or not,
+        so a sibling cannot take it as its hit in this step (``cached_blocks_this_step``)."""
+        req, bs = live.req, self.block_size
+        if not full_blocks or full_blocks != (req.num_prompt_tokens - 1) // bs:
+            return
+        for g, rows in self.mamba.items():
+            table = live.tables[g]
+            block = table[full_blocks - 1] if full_blocks <= len(table) else NULL_BLOCK
+            if block:
+                self.pool.commit_one(block, group_key(req.block_hashes[full_blocks - 1], g))
+                rows.cached_this_step.add(self.pool.hash_of(block))
 
     # ---- free -----------------------------------------------------------------------------------
 
@@ -224,8 +270,39 @@ class HybridKV:
                 + sum([len(table) - table.count(NULL_BLOCK) for tables in awaiting for table in tables]))
 
     def clear(self, live: LiveRequest) -> None:
+        """The request holds no blocks: its Mamba bookkeeping and its states not yet offered go
+        too (``MambaManager.pop_blocks_for_free``)."""
         self.set_tables(live, [[] for _ in self.groups])
         live.cached_blocks = [0] * len(self.groups)
+        if self.mamba:
+            for rows in self.mamba.values():
+                rows.forget(live.req_id)
+            if self.boundary_offers:
+                self.boundary_offers = [offer for offer in self.boundary_offers if offer[0] != live.req_id]
+
+    # ---- the step's bookkeeping (Mamba only) ----------------------------------------------------
+
+    def new_step_starts(self) -> None:
+        """``KVCacheManager.new_step_starts``: states cached before this schedule are usable hits."""
+        for rows in self.mamba.values():
+            rows.cached_this_step.clear()
+
+    def split(self, live: LiveRequest, num_computed: int, num_new: int) -> int:
+        """A prefill chunk cut where a Mamba state is materialised (``mamba.aligned_split``);
+        unchanged without a Mamba group (``need_mamba_block_aligned_split``)."""
+        if not self.mamba:
+            return num_new
+        req = live.req
+        return aligned_split(num_computed, num_new, req.num_prompt_tokens, req.num_tokens,
+                             req.shared_prefix_boundary, self.block_size, self.max_prefill_tokens)
+
+    def take_boundary_offers(self) -> dict[str, tuple[tuple[int, BlockId, int], ...]]:
+        """``take_boundary_state_offloads``: per request, (group, block, boundary) in offer order."""
+        offers: dict[str, list] = {}
+        for req_id, g, block, boundary in self.boundary_offers:
+            offers.setdefault(req_id, []).append((g, block, boundary))
+        self.boundary_offers = []
+        return {req_id: tuple(entries) for req_id, entries in offers.items()}
 
     def remaining_blocks(self, live: LiveRequest, extra: int) -> int:
         """``_request_remaining_blocks``: what an admitted prefill still needs for its whole sequence."""

@@ -167,9 +167,13 @@ class KVOracle:
             self._write_slots(slots, values)
         return ForwardWrites(scheduled, bs)
 
-    def forward_group(self, scheduled: Sequence, group: int) -> None:
+    def forward_group(self, scheduled: Sequence, group: int, state: bool = False) -> None:
         """A hybrid model: the same positions in group ``group``'s blocks (``live.tables[group]``),
-        with the group's salt; :meth:`forward` wrote group 0."""
+        with the group's salt; :meth:`forward` wrote group 0. ``state``: a Mamba group (align
+        mode), whose row holds one state block, at the index of the chunk's last position (the
+        rest null): only the positions of that block are written there, so a state block of
+        index ``i`` holds the fingerprints of positions ``i * block_size ..`` up to the state's
+        end, the last one the prefix the state summarises."""
         bs, salt = self.block_size, np.int64(group_salt(group))
         slots, values = [], []
         one_slots, one_values = [], []  # decode steps: one position each, gathered in Python
@@ -178,6 +182,13 @@ class KVOracle:
             if not item.num_tokens:
                 continue
             table = item.live.tables[group]
+            if state and item.num_tokens > 1:
+                last = (item.start + item.num_tokens - 1) // bs
+                written = [(position, value) for position, value in self._state_writes(item, last * bs)]
+                slots.append(np.asarray([table[last] * bs + position % bs for position, _ in written],
+                                        dtype=np.int64))
+                values.append(np.asarray([value for _, value in written], dtype=np.int64) ^ salt)
+                continue
             if item.num_tokens == 1:
                 start = item.start
                 one_slots.append(table[start // bs] * bs + start % bs)
@@ -197,6 +208,15 @@ class KVOracle:
             values.append(np.asarray(one_values, dtype=np.int64) ^ salt)
         if slots:
             self._write_slots(np.concatenate(slots), np.concatenate(values))
+
+    def _state_writes(self, item, first_position: int) -> list[tuple[int, int]]:
+        """(position, fingerprint) of a multi-token step's writes from ``first_position`` on."""
+        if not item.prefill:  # 1 real token + drafts
+            return [(position, value) for position, value in self._draft_fingerprints(item)
+                    if position >= first_position]
+        start = max(item.start, first_position)
+        held = self._fp[item.live.req_id][start:item.start + item.num_tokens]
+        return list(zip(range(start, item.start + item.num_tokens), held.tolist()))
 
     def _draft_fingerprints(self, item) -> list[tuple[int, int]]:
         """Decode step with drafts: position ``start`` is the real last token; draft j sits at

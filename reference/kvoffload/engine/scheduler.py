@@ -83,6 +83,9 @@ class SchedulerModel:
         num_scheduled: dict[str, int] = {}
         new_blocks: dict[str, tuple[int, ...]] = {}
         preempted: list[str] = []
+        mamba = self.hybrid is not None and self.hybrid.mamba
+        if mamba:
+            self.hybrid.new_step_starts()
         budget = self._schedule_running(scheduled, num_scheduled, new_blocks, preempted)
         if not preempted:
             self._schedule_waiting(budget, scheduled, num_scheduled, new_blocks)
@@ -92,7 +95,8 @@ class SchedulerModel:
         finished = set_iteration_order(self.finished_since_schedule)
         self.finished_since_schedule = []
         out = SchedulerOutput(step=step, num_scheduled_tokens=num_scheduled, new_block_ids=new_blocks,
-                              finished_req_ids=finished, preempted_req_ids=tuple(preempted))
+                              finished_req_ids=finished, preempted_req_ids=tuple(preempted),
+                              boundary_states=self.hybrid.take_boundary_offers() if mamba else {})
         return out, scheduled, preempted
 
     def _schedule_running(self, scheduled, num_scheduled, new_blocks, preempted) -> int:
@@ -113,6 +117,11 @@ class SchedulerModel:
             known = req.num_tokens + (live.placeholders if asynchronous else 0)
             remaining = known - req.num_computed_tokens
             count, drafts = spec.running_share(live, remaining, budget) if k else (min(remaining, budget), 0)
+            if hybrid is not None and hybrid.mamba:  # before allocation; 0: skip it this step
+                count = hybrid.split(live, req.num_computed_tokens, count)
+                if not count:
+                    index += 1
+                    continue
             if hybrid is None:
                 needed = cdiv(req.num_computed_tokens + count, bs) - len(live.blocks)
             else:  # allocate_slots: the window's skipped blocks go first

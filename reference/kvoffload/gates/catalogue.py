@@ -49,10 +49,11 @@ COVERED_BY: dict[str, str] = {
 VLLM_ONLY: dict[str, str] = {
     "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
            "peer); the simulator runs one connector per engine",
-    "K18": "the simulator does not model Mamba (recurrent state) groups yet and refuses qwen3-next; vLLM's "
-           "scheduler runs them (vllm/build.py)",
+    "K18": "the simulator replays qwen3-next's Mamba group, but its KV oracle checks a loaded state's "
+           "positions, not the token count the state summarises, so it cannot see a state one token late; "
+           "vLLM's scheduler's oracle does (vllm/model.py, StateCells)",
     "K19": "per-group local hits diverge only with a Mamba group (vLLM's get_computed_blocks_for_connector), "
-           "which the simulator does not model yet",
+           "and the simulator hands a connector only the agreed hit (no opt-in divergent path yet)",
 }
 
 # Needs something this project does not model: one line each, no test that cannot fail.

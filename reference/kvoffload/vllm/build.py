@@ -301,14 +301,12 @@ def mamba_spec(page_bytes: int, block_size: int) -> MambaSpec:
 
 
 def _check_mamba_runs_here(engine: EngineConfig, hybrid_manager: bool) -> None:
-    """What a Mamba group cannot be built with yet, each refused in one line."""
+    """What a Mamba group cannot be built with, refused in one line (speculative decoding with a
+    Mamba group is refused for both engines by ``EngineConfig``)."""
     name = engine.kv_model.name
     if not hybrid_manager:
         raise ConfigError(f"model {name!r} needs vLLM's hybrid KV cache manager, which vLLM turns off for a "
                           "connector that does not support it (SupportsHMA): a Mamba group cannot be unified")
-    if engine.spec_tokens:
-        raise ConfigError(f"model {name!r}: speculative decoding with a Mamba group (its speculative state "
-                          "blocks) is not built for vLLM yet")
 
 
 def build_kv_cache_config(config: VllmConfig, engine: EngineConfig):
