@@ -17,9 +17,12 @@ from kvoffload.core.model import model_named
 from kvoffload.core.types import NULL_BLOCK, ConfigError
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.engine import Engine
 from kvoffload.engine.kv_groups import HybridKV
 from kvoffload.engine.mamba import MambaRows, aligned_split
 from kvoffload.engine.scheduler import StepOutput
+from kvoffload.metrics import compute_metrics
+from kvoffload.workloads import load_workload
 from scripted import arrive, model, step
 
 
@@ -193,3 +196,16 @@ class TestRowBookkeeping:
         assert rows.last_state_index == {"A": 1} and "A" in rows.allocated
         rows.forget("A")
         assert rows.last_state_index == {} and rows.allocated == set()
+
+
+class TestTheConnectorGetsTheStates:
+    @pytest.mark.parametrize("scheduling", ["sync", "async"])
+    def test_the_reference_stores_and_loads_states_from_the_simulators_hand_off(self, scheduling):
+        """The reference connector stores a Mamba state only from the hand-off
+        (``SchedulerOutput.boundary_states``), and a CPU hit needs a stored state: without the
+        hand-off no request would get one. Every loaded state checks out with the KV oracle."""
+        workload = load_workload("multi-turn-small", {"model": "qwen3-next", "scheduling": scheduling})
+        record = Engine(workload.requests, workload.engine).run()
+        metrics = compute_metrics(record)
+        assert record.crash is None and metrics["offload_hit_rate"] > 0.4
+        assert (metrics["poisoned_loads"], metrics["fence_violations"], metrics["invariant_violations"]) == (0, 0, 0)
