@@ -41,9 +41,9 @@ def steps(scheduler, first: int, last: int):
 
 
 def cached_states(scheduler, live) -> set[int]:
-    """Indexes of the request's Mamba states findable in the GPU prefix cache."""
-    return {i for i, block in enumerate(live.tables[1]) if block and scheduler.pool.cached_block(
-        group_key(live.req.block_hashes[i], 1)) == block}
+    """Indexes of the request's Mamba states findable in the GPU prefix cache (freed or not)."""
+    return {i for i in range(len(live.req.block_hashes))
+            if scheduler.pool.cached_block(group_key(live.req.block_hashes[i], 1)) is not None}
 
 
 class TestStateBlocks:
@@ -125,13 +125,14 @@ class TestAlignedSplit:
 
 class TestPrefixCache:
     def test_retention_0_caches_only_the_state_at_the_replay_boundary(self):
-        """reachable_block_mask: chunks of 8 write states at 8 and 16; retention 0 keeps only
-        the one at the replay boundary (17, rounded down: index 3), dense keeps both."""
-        for retention, expected in ((0, {3}), (None, {1, 3})):
-            scheduler = qwen(max_num_batched_tokens=8, prefix_cache_retention_interval=retention)
+        """reachable_block_mask: chunks of 4 write states at 4, 8, 12 and 16; retention 0 keeps
+        only the one at the replay boundary (17, rounded down: index 3), an interval of 8 one per
+        two blocks (indexes 1 and 3), dense every one."""
+        for retention, expected in ((0, {3}), (8, {1, 3}), (None, {0, 1, 2, 3})):
+            scheduler = qwen(max_num_batched_tokens=4, prefix_cache_retention_interval=retention)
             live = arrive(scheduler, "A", prompt=18)
-            outs = steps(scheduler, 0, 1)
-            assert [out.num_scheduled_tokens for out in outs] == [{"A": 8}, {"A": 8}]
+            outs = steps(scheduler, 0, 3)
+            assert [out.num_scheduled_tokens for out in outs] == [{"A": 4}] * 4
             assert cached_states(scheduler, live) == expected, retention
 
     def test_every_cached_state_is_offered_to_the_connector_in_its_step(self):
