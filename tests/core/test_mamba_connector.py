@@ -148,3 +148,20 @@ class TestLookup:
         engine = Mamba(bpc=2)
         engine.prefill("A", prompt(16), [1, 2, 3, 4], [0, 0, 0, 9], offers=[(1, 6, 8)])
         assert served(engine, "B", prompt(8) + prompt(6, seed=3)) == 8
+
+
+def test_a_preset_of_a_release_without_the_boundary_hand_off_refuses_a_mamba_group():
+    """vLLM 0.25-0.28 stored a Mamba state from the block table, not from the scheduler's
+    hand-off the reference follows: their presets refuse qwen3-next in one line rather than
+    replay a release that never was; 0.29's and 0.30's run it, and 0.25's runs a dense model."""
+    from kvoffload.core.model import model_named
+    from kvoffload.core.types import ConfigError
+
+    mamba = ConnectorConfig(block_size=4, cpu_chunks=32, model="qwen3-next")
+    for name in ("vllm-0.25", "vllm-0.26"):
+        with pytest.raises(ConfigError, match="^model 'qwen3-next': this preset's release stored Mamba states "
+                                              "from the block table"):
+            connector_scheduler(mamba, Fixes.preset(name))
+    for name in ("vllm-0.29", "vllm-0.30"):
+        assert isinstance(connector_scheduler(mamba, Fixes.preset(name)), HybridConnectorScheduler)
+    Fixes.preset("vllm-0.25").check_model(model_named("dense"))

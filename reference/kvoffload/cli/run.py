@@ -218,6 +218,7 @@ def _positive_seconds(text: str) -> float:
 def replay(workload, choice: ConnectorChoice, quiet: bool, position: str = "", trace: bool = False,
            max_steps: int | None = None, engine: str = SIMULATOR, engine_options: dict | None = None,
            step_bound_s: float | None = DEFAULT_STEP_BOUND_S) -> RunOutcome:
+    choice.fixes.check_model(workload.engine.kv_model)  # bad input before any progress bar or import
     if engine != SIMULATOR:  # vLLM's import and build warnings held until its first step (cli/stderr_hold.py)
         from kvoffload.cli.stderr_hold import StderrHold
 

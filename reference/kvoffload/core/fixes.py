@@ -128,6 +128,11 @@ class ReleaseRules:
     # has written so far and offers the chunks past it again.
     store_cursor_monotonic: bool = True
     windows: WindowRules = WindowRules.REACHABLE_CHUNKS
+    # vLLM 0.29+ stores a Mamba state only from the scheduler's boundary-state hand-off (0.29.0
+    # offloading/scheduler.py _build_aligned_boundary_store_jobs); 0.25-0.28 stored it from the
+    # block table like a window of one chunk, which the reference does not model: with False it
+    # refuses a Mamba group in one line instead of replaying a release that never was.
+    mamba_boundary_hand_off: bool = True
 
 
 @dataclass(frozen=True)
@@ -153,6 +158,14 @@ class Fixes:
 
     def disabled(self) -> tuple[str, ...]:
         return tuple(name for name in FIX_NAMES if not getattr(self, name))
+
+    def check_model(self, model) -> None:
+        """A ConfigError, in one line, if these release rules cannot replay ``model`` (its
+        ``ModelDescription``): the connector of both engines and the CLI, before a run, call it."""
+        if model.has_mamba and not self.rules.mamba_boundary_hand_off:
+            raise ConfigError(f"model {model.name!r}: this preset's release stored Mamba states from the block "
+                              "table (vLLM 0.25-0.28), which the reference does not model; it stores them from "
+                              "vLLM 0.29's boundary-state hand-off (a preset of vLLM 0.29 or later can run it)")
 
     def as_dict(self) -> dict[str, bool]:
         return {name: getattr(self, name) for name in FIX_NAMES}
@@ -193,13 +206,13 @@ _PRESET_LIST: tuple[Preset, ...] = (
         "storable_within_allocated",
         "reset_clears_request_jobs",
     ), ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, store_cursor_monotonic=False,
-                    windows=WindowRules.EVERY_CHUNK)),
+                    windows=WindowRules.EVERY_CHUNK, mamba_boundary_hand_off=False)),
     Preset("vllm-0.26", "0.26.0", (
         "deferred_finish_signal",
         "final_token_watermark",
         "aborted_watermark",
         "storable_within_allocated",
-    ), _UP_TO_0_29),
+    ), dataclasses.replace(_UP_TO_0_29, mamba_boundary_hand_off=False)),
     Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_29),
     Preset("vllm-0.30", "0.30.0", (), _UP_TO_0_30),
 )

@@ -57,7 +57,9 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self._sliding = tuple(sorted((g for g, window in enumerate(windows) if window is not None),
                                      key=lambda g: windows[g], reverse=True))
         self._lookup_order = tuple(full) + self._sliding
-        self._has_mamba = any(group.kind is GroupKind.MAMBA for group in self.groups)
+        model = model_named(config.model)
+        self.fixes.check_model(model)
+        self._has_mamba = model.has_mamba
         # vLLM 0.30's window lookup (padded rightmost run, a pending chunk behind a miss does not
         # defer) and stores (reachable chunks only); before it, ReleaseRules.windows says.
         self._windows_0_30 = self.fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
