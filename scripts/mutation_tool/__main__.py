@@ -36,13 +36,15 @@ from script_args import StrictParser  # noqa: E402
 from places import PACKAGE, RESULTS, ROOT, SET, TREE, WORK, copy_tree  # noqa: E402
 from sampling import annotation_spans, in_annotation, mark_sample  # noqa: E402
 from sessions import STAGES, items, key, session_name, survivors_after, verdicts  # noqa: E402
+from snapshot_tests import deselected, refresh_tests, snapshot_tests  # noqa: E402
 from targets import MAIN_SUITE_IGNORES, TESTS_OF, VLLM_MODULES  # noqa: E402
 
 FORKSERVER = Path(__file__).parent / "forkserver.py"
-SOCKET = WORK / "fork.sock"
+SOCKET = WORK / ("fork.sock" if TREE == WORK / "tree" else f"fork-{TREE.name}.sock")  # one server a tree
 PYTHON = sys.executable
 VLLM_PYTHON = os.environ.get("KVOFFLOAD_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
 PER_TEST_TIMEOUT_S = 240
+CI_VLLM_MARKS = "vllm and not vllm_on_demand"  # CI's vLLM stage (.ci/run); the on-demand tests are not CI
 
 
 def env() -> dict[str, str]:
@@ -57,8 +59,8 @@ def pytest_command(tests: tuple[str, ...], module: str = "") -> list[str]:
     of VLLM_MODULES in the vLLM venv, as CI's vLLM stage runs (one hash seed), without it."""
     options = ["-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests,
                *(f"--deselect={test}" for test in deselected())]
-    if module in VLLM_MODULES:
-        return ["env", "PYTHONHASHSEED=0", VLLM_PYTHON, "-m", "pytest", *options]
+    if module in VLLM_MODULES:  # without the tests CI leaves out (vllm_on_demand: scripts/vllm-on-demand)
+        return ["env", "PYTHONHASHSEED=0", VLLM_PYTHON, "-m", "pytest", "-m", "not vllm_on_demand", *options]
     return [PYTHON, str(FORKSERVER), "run", str(SOCKET), "--", *options]
 
 
@@ -196,45 +198,6 @@ def cmd_recheck(args) -> int:
     return 0
 
 
-def snapshot_tests() -> None:
-    """The snapshot's tests/ exactly as its commit had them: what the rest of CI (main, gate, vLLM)
-    ran then. The branch's newer test files may test code newer than the snapshot and fail on it."""
-    commit = json.loads((WORK / "meta.json").read_text())["commit"]
-    shutil.rmtree(TREE / "tests", ignore_errors=True)
-    archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
-
-
-def refresh_tests() -> list[str]:
-    """The snapshot's tests/: those of the snapshot's commit, with this branch's own test changes
-    on top (the files its own commits touched since then, merges left out: what main moved since
-    may test code the snapshot lacks). Returns the files overlaid."""
-    commit = json.loads((WORK / "meta.json").read_text())["commit"]
-    shutil.rmtree(TREE / "tests", ignore_errors=True)
-    archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
-    overlay = sorted(set(subprocess.run(["git", "log", "--first-parent", "--no-merges", "--name-only", "--format=",
-                                         f"{commit}..HEAD", "--", "tests"], cwd=ROOT, capture_output=True,
-                                        text=True, check=True).stdout.split()))
-    overlay += subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "tests"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.split()
-    from fates import NEW_TESTS  # a test named for a survivor may come from a file main added since
-    overlay = sorted(set(overlay) | {test.split("::")[0] for tests in NEW_TESTS.values() for test in tests})
-    for name in overlay:
-        source, target = ROOT / name, TREE / name
-        if source.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-        else:
-            target.unlink(missing_ok=True)
-    return overlay
-
-
-def deselected() -> list[str]:
-    meta_path = WORK / "meta.json"
-    return json.loads(meta_path.read_text()).get("deselect", []) if meta_path.exists() else []
-
-
 def cmd_exec(args) -> int:
     with fork_server():
         return _exec(args)
@@ -255,10 +218,15 @@ def _exec(args) -> int:
     return 0
 
 
-def stage_command(stage: str, row: dict, first: tuple[str, ...] = ()) -> list[str]:
-    if stage == "new":  # the tests written for this survivor (fates.NEW_TESTS)
+def stage_command(stage: str, row: dict, first: tuple[str, ...] = (), within: tuple[str, ...] = ()) -> list[str]:
+    if stage == "new":  # the tests written for this survivor (fates.NEW_TESTS), in its module's venv
         from fates import NEW_TESTS
-        return pytest_command(NEW_TESTS[key(row)])
+        return pytest_command(NEW_TESTS[key(row)], row["module"])
+    if within:  # a part of the stage's suite (--within): its failure is the stage's, its passing says nothing
+        if stage == "main":
+            return pytest_command((*within, "-m", "not vllm"))
+        return [VLLM_PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-m", CI_VLLM_MARKS,
+                *within]
     if stage == "main":  # the whole main suite, the files that import the mutated module first (-x)
         # ``first``: test files to run before the rest (a known likely killer): the order of a -x run
         # changes only its time, not its verdict, since the whole suite runs if they pass
@@ -266,7 +234,7 @@ def stage_command(stage: str, row: dict, first: tuple[str, ...] = ()) -> list[st
                                "-m", "not vllm"))
     if stage == "gate":
         return [PYTHON, "-m", "kvoffload.cli", "gate"]
-    return [VLLM_PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-m", "vllm",
+    return [VLLM_PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-m", CI_VLLM_MARKS,
             "tests/vllm"]
 
 
@@ -307,13 +275,22 @@ def _stage(args) -> int:
     from fates import NEW_TESTS
     broken: set[str] = set()
     if args.stage == "new":  # a new test must pass on the unmutated snapshot, or its failure kills nothing
-        tests = tuple(dict.fromkeys(test for tests in NEW_TESTS.values() for test in tests))
-        broken = set(failing_unmutated(pytest_command(tests))) if tests else set()
+        chosen = {k: v for k, v in NEW_TESTS.items() if not args.only or any(text in k for text in args.only)}
         meta = json.loads((WORK / "meta.json").read_text())
-        meta["new_failing_unmutated"] = sorted(broken)
+        rechecked = {test for tests in chosen.values() for test in tests}
+        for in_vllm in (False, True):  # each venv's tests in that venv (a vLLM module's run there)
+            tests = tuple(dict.fromkeys(test for k, tests in chosen.items() if (k.split(":")[0] in VLLM_MODULES) == in_vllm
+                                        for test in tests))
+            broken |= set(failing_unmutated(pytest_command(tests, next(iter(VLLM_MODULES)) if in_vllm else ""))) if tests else set()
+        meta["new_failing_unmutated"] = sorted(broken | (set(meta.get("new_failing_unmutated", [])) - rechecked))
         (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
         print(f"new tests failing unmutated (their mutants are not run): {sorted(broken)}", flush=True)
-    if args.stage == "main":  # the suite must collect on the unmutated snapshot, or every "kill" is its error
+    if args.within:  # the part must pass on the unmutated snapshot, or its failure kills nothing
+        failing = failing_unmutated(stage_command(args.stage, {"module": ""}, within=tuple(args.within)))
+        if failing:
+            print(f"error: --within fails unmutated: {failing}", file=sys.stderr)
+            return 1
+    elif args.stage == "main":  # the suite must collect on the unmutated snapshot, or every "kill" is its error
         command = stage_command("main", {"module": ""})
         collected = subprocess.run(["nice", "-n", "10", PYTHON, "-m", "pytest", "--collect-only", "-q",
                                     *command[command.index("--") + 1:]], cwd=TREE, env=env(), capture_output=True,
@@ -338,7 +315,7 @@ def _stage(args) -> int:
                 continue
             started = time.perf_counter()
             try:
-                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row, tuple(args.first))], cwd=TREE,
+                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row, tuple(args.first), tuple(args.within))], cwd=TREE,
                                      # the vLLM stage runs as CI runs it (.ci/run): every replay under one hash seed
                                      env=dict(env(), PYTHONHASHSEED="0") if args.stage == "vllm" else env(),
                                      capture_output=True, text=True, timeout=args.timeout)
@@ -350,6 +327,9 @@ def _stage(args) -> int:
                 verdict, by = "killed", f"(hang: past {args.timeout} s)"
         finally:
             target.write_text(original)
+        if args.within and verdict == "survived":  # a part passing is no verdict of the whole stage
+            print(f"passed   {key(row):60} within {' '.join(args.within)} ({time.perf_counter() - started:.0f} s)")
+            continue
         entry = done.setdefault(key(row), {})
         entry[args.stage] = verdict
         entry[f"{args.stage}_by"] = by
@@ -389,6 +369,8 @@ def main() -> int:
     stage.add_argument("--only", action="append", default=[], help="only the survivors whose key holds this text")
     stage.add_argument("--first", action="append", default=[],
                        help="main: a test file to run before the rest of the suite (a likely killer)")
+    stage.add_argument("--within", action="append", default=[],
+                       help="main, vllm: only this test file of the stage's suite; a kill counts, a pass records nothing")
     stage.add_argument("--all", action="store_true",
                        help="main, gate, vllm: also the survivors a probe or a new test has resolved")
     sub.add_parser("report")

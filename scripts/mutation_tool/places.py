@@ -18,7 +18,9 @@ if SET not in ("first", "whole"):
     raise SystemExit(f"KVOFFLOAD_MUTATION_SET={SET}: expected first or whole")
 WORK = ROOT / (".mutation" if SET == "first" else ".mutation-whole")
 RESULTS = ROOT / "results" / "mutation" / "tool" / ("" if SET == "first" else "whole")
-TREE = WORK / "tree"
+# KVOFFLOAD_MUTATION_TREE: a second copy of the snapshot, so the stages can run while exec plants
+# mutants in the first (each command restores what it planted; two in one tree would see each other's).
+TREE = Path(os.environ.get("KVOFFLOAD_MUTATION_TREE", WORK / "tree"))
 PACKAGE = "reference/kvoffload/"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.vllm.outputs import RequestOutcome, compare_outputs
+from kvoffload.vllm.outputs import LOGPROB_TOLERANCE, RequestOutcome, compare_outputs
 
 TPC = 32  # tokens per chunk
 
@@ -45,6 +45,30 @@ def test_logprobs_count_for_the_first_n_tokens_only_and_beyond_the_tolerance_onl
                            tolerance=1e-3).identical == ["a"]
     (mismatch,) = compare_outputs({"a": beyond}, {"a": base}, tokens_per_chunk=TPC, tolerance=1e-3).mismatches
     assert (mismatch.position, mismatch.kind, mismatch.ours, mismatch.theirs) == (1, "logprob", -2.5, -2.0)
+
+
+def test_a_logprob_of_minus_infinity_in_both_runs_is_the_same_and_against_a_number_is_not():
+    # A token the model gives no probability at all (an underflow to -inf, a masked id) may be
+    # sampled in neither run: equal infinities are no difference, -inf against a number is one.
+    base = outcome("a", logprobs=(-1.0, -float("inf"), -3.0, -4.0))
+    report = compare_outputs({"a": outcome("a", logprobs=(-1.0, -float("inf"), -3.0, -4.0))}, {"a": base},
+                             tokens_per_chunk=TPC, tolerance=1e-3)
+    assert (report.identical, report.max_logprob_delta) == (["a"], 0.0)
+    (mismatch,) = compare_outputs({"a": outcome("a")}, {"a": base}, tokens_per_chunk=TPC, tolerance=1e-3).mismatches
+    assert (mismatch.position, mismatch.kind) == (1, "logprob")
+
+
+def test_each_dtypes_tolerance_grows_as_its_mantissa_shrinks_and_passes_its_own_rounding():
+    # float32 keeps 23 mantissa bits, float16 10, bfloat16 7 (docs/engine.md, "The output oracle"):
+    # a wider rounding error needs a wider tolerance, and each passes a delta of half its own.
+    assert 0 < LOGPROB_TOLERANCE["float32"] < LOGPROB_TOLERANCE["float16"] < LOGPROB_TOLERANCE["bfloat16"]
+    for dtype, tolerance in LOGPROB_TOLERANCE.items():
+        near = outcome("a", logprobs=(-1.0 - tolerance / 2, -2.0, -3.0, -4.0))
+        far = outcome("a", logprobs=(-1.0 - 2 * tolerance, -2.0, -3.0, -4.0))
+        assert compare_outputs({"a": near}, {"a": outcome("a")}, tokens_per_chunk=TPC,
+                               tolerance=tolerance).identical == ["a"], dtype
+        assert compare_outputs({"a": far}, {"a": outcome("a")}, tokens_per_chunk=TPC,
+                               tolerance=tolerance).mismatches, dtype
 
 
 def test_only_the_same_request_is_compared():

@@ -153,6 +153,15 @@ class TestMooncakeTraces:
         empty = write_lines(tmp_path / "e.jsonl", [])
         assert error_of(f"mooncake:{empty}") == f"{empty}: expected at least one JSON line, got an empty trace"
 
+    def test_a_number_too_long_to_read_is_named_at_its_line_once(self, tmp_path):
+        # The line is in the message's prefix; the number's description must not add a line of
+        # its own, counted within the one line it was given (it would say "at line 1" here).
+        record = json.loads(GOOD_LINE)
+        line = json.dumps(record).replace('"input_length": 600', '"input_length": ' + "7" * 5_000)
+        trace = write_lines(tmp_path / "t.jsonl", [GOOD_LINE, line])
+        assert error_of(f"mooncake:{trace}") == (
+            f"{trace}: line 2: expected integers of at most 4,300 digits, got an integer of 5,000 digits")
+
     def test_a_missing_trace_file(self, tmp_path):
         missing = tmp_path / "gone.jsonl"
         assert error_of(f"mooncake:{missing}") == f"{missing}: no such file (expected a Mooncake JSONL trace)"

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvoffload.engine.config import EngineConfig
-from kvoffload.workloads.limits import Budget, check_engine, json_depth_at_most, max_model_len
+from kvoffload.workloads.limits import MAX_REQUESTS, Budget, check_engine, json_depth_at_most, max_model_len
 from kvoffload.workloads.schema import WorkloadError
 
 
@@ -54,6 +54,17 @@ def test_the_budget_stops_a_request_longer_than_the_gpu_pool_before_its_tokens_e
     with pytest.raises(WorkloadError, match=r"w.toml: request b: expected prompt \+ output within max_model_len 158"):
         budget.add("request b", 100, 59)
     assert (budget.requests, budget.tokens) == (1, 158)
+
+
+def test_the_budget_takes_ten_million_requests_and_refuses_the_next():
+    # MAX_REQUESTS is the most a workload may hold, not the first count refused. Adding 10**7
+    # requests one by one takes seconds; the count before the last two is set directly.
+    budget = Budget(EngineConfig(), "w.toml")
+    budget.requests = MAX_REQUESTS - 1
+    budget.add("request r9999999", 4, 1)
+    assert budget.requests == MAX_REQUESTS == 10**7
+    with pytest.raises(WorkloadError, match=r"^w\.toml: request r10000000: expected at most 10,000,000 requests"):
+        budget.add("request r10000000", 4, 1)
 
 
 def test_the_memory_check_counts_at_least_what_a_full_gpu_pool_holds_per_block():

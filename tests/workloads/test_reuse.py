@@ -42,6 +42,17 @@ def test_a_follow_up_reuses_its_parents_answer_too():
     assert reusable_prompt_share(workload(parent, child)) == pytest.approx(48 / (24 + 58))
 
 
+def test_a_follow_up_that_rewrote_its_history_reuses_only_what_it_really_shares():
+    # A trace's next turn need not repeat its parent's history verbatim (an edited message): the
+    # child's first block is the parent's, its second differs, so it reuses 16 tokens, not the
+    # parent's 48 (the parent's chained hashes do not carry over to a prompt that leaves them).
+    parent = RequestSpec("p", tokens(0, 24), tokens(500, 24), conversation="c")
+    child = RequestSpec("c1", tokens(0, 16) + tokens(700, 32) + tokens(900, 10), (1,), parent="p",
+                        think_steps=3, conversation="c", turn=1)
+    w = workload(parent, child)
+    assert reusable_prompt_share(w) == pytest.approx(16 / (24 + 58)) == pytest.approx(naive_share(w))
+
+
 def test_only_earlier_requests_count():
     late = RequestSpec("late", tokens(0, 32), (1,), arrival_step=9)
     early = RequestSpec("early", tokens(0, 32), (1,), arrival_step=0)
