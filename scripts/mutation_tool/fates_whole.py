@@ -118,6 +118,22 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
         "tests/vllm/test_build_config.py::test_a_chunk_on_the_host_holds_all_its_blocks_rounded_up_to_whole_pages",),
     "vllm/build.py:core/ExceptionReplacer:0": (
         "tests/vllm/test_build_config.py::test_a_connector_module_that_does_not_import_is_a_config_error_naming_it",),
+    "vllm/model.py:core/ReplaceBinaryOperator_Add_Div:1": (
+        "tests/vllm/test_fingerprint_cells.py::test_each_slots_cell_is_the_first_8_bytes_of_head_0_of_its_key_in_every_layer",),
+    "vllm/model.py:core/ReplaceBinaryOperator_Mul_Div:1": (
+        "tests/vllm/test_fingerprint_cells.py::test_each_slots_cell_is_the_first_8_bytes_of_head_0_of_its_key_in_every_layer",),
+    "vllm/model.py:core/ReplaceComparisonOperator_NotEq_Lt:0": (
+        "tests/vllm/test_fingerprint_cells.py::test_layers_in_two_buffers_are_refused_in_either_order",),
+    "vllm/model.py:core/ReplaceBinaryOperator_Sub_RShift:4": (
+        "tests/vllm/test_fingerprint_cells.py::"
+        "test_a_forward_past_the_script_writes_the_true_prefixes_then_ones_that_never_happened",),
+    "vllm/model.py:core/ReplaceBinaryOperator_Add_RShift:6": (
+        "tests/vllm/test_fingerprint_cells.py::test_a_rejected_draft_writes_a_prefix_that_never_happened_whatever_its_token",),
+    "vllm/replay.py:core/ReplaceBreakWithContinue:0": (
+        "tests/vllm/test_replay_bounds.py::test_a_replay_cut_at_its_step_bound_ends_there_and_names_every_request_left",),
+    "vllm/replay.py:core/ReplaceComparisonOperator_Is_IsNot:5": (
+        "tests/vllm/test_replay_bounds.py::"
+        "test_the_reference_copies_through_a_transfer_handler_so_its_store_delays_are_measured",),
 }
 
 # Killed on the snapshot (274dc7d) by tests of figures that main's issue 30 then rewrote (the store
@@ -131,6 +147,17 @@ RETIRED_WITH_THEIR_CODE = (
     "report/scaling.py:core/NumberReplacer:2", "report/scaling.py:core/ZeroIterationForLoop:0")
 
 WHOLE_FATES: dict[str, tuple[str, str]] = {
+    "vllm/model.py:core/ReplaceBinaryOperator_LShift_RShift:0": (
+        "equivalent",
+        "the fingerprint mask `(1 << 64) - 1` made `(1 >> 64) - 1` (-1): every masked value is then taken "
+        "mod 2**64 (extend_fingerprint masks its result, to_signed_int maps a value and its unsigned twin "
+        "alike), so drafts and writes past a script are the same (probes_whole.py: "
+        "signed_or_unsigned_fingerprints_extend_alike)"),
+    "vllm/model.py:core/NumberReplacer:7": (
+        "equivalent",
+        "FingerprintCells' buffer from `views[0]` made `views[-1]`: the constructor refuses any view outside "
+        "the buffer, so the first and last views share it whenever it returns, and both refuse alike "
+        "otherwise (probes_whole.py: the_buffer_is_the_one_every_view_shares)"),
     "cli/bench.py:core/NumberReplacer:6": (
         "equivalent",
         "the bench table's headings left-justified up to `i < 2` made `i < 3`: the third heading, "

@@ -126,5 +126,72 @@ def third_heading_is_never_narrower_than_its_rates() -> None:
     assert SHORT_NAMES[third].ljust(10) == SHORT_NAMES[third].rjust(10)
 
 
-PROBES_WHOLE = [samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
+def signed_or_unsigned_fingerprints_extend_alike() -> None:
+    """vllm/model.py: ``_U64 = (1 << 64) - 1`` made ``(1 >> 64) - 1`` (-1, so ``& _U64`` keeps a
+    fingerprint signed). Every use of the masked value is taken mod 2**64: ``extend_fingerprint``
+    masks ``previous * B + token + 1``, which depends on ``previous`` mod 2**64 only, and
+    ``to_signed_int`` maps an int64 value and its unsigned twin to the same number. Checked: the
+    drafts and the writes past a script of sequences whose fingerprints have the top bit set and
+    not, at every start, draft count and acceptance, with the mask as shipped and as mutated."""
+    import random
+
+    from kvoffload.vllm import model
+
+    rng = random.Random(0)
+    sequences = [model.ScriptedSequence(tuple(rng.randrange(32_000) for _ in range(n))) for n in (1, 2, 7, 40)]
+    assert any(int(f) < 0 for s in sequences for f in s.fingerprints)
+    assert any(int(f) > 0 for s in sequences for f in s.fingerprints)
+
+    def everything():
+        out = []
+        for s in sequences:
+            for start in range(len(s.truth)):
+                for drafts in range(5):
+                    out += [s.draft_fingerprints(start, drafts, accepted) for accepted in range(drafts + 1)]
+                out += [s.written(start, count).tolist() for count in range(1, 6)]
+        return out
+
+    shipped = everything()
+    model._U64, mask = -1, model._U64
+    try:
+        assert everything() == shipped
+    finally:
+        model._U64 = mask
+
+
+def the_buffer_is_the_one_every_view_shares() -> None:
+    """vllm/model.py FingerprintCells: the buffer taken from ``views[0]`` made ``views[-1]``. The
+    constructor refuses any view whose storage is not the buffer's, so when it returns the first
+    and the last view share one storage (``words`` is the same), and when a view lies elsewhere
+    both forms refuse with the same message. Checked on one view, three views of one buffer and
+    views of two buffers in both orders, the mutated class built from the shipped source."""
+    import inspect
+
+    import torch
+
+    from kvoffload.vllm import model
+
+    source = inspect.getsource(model.FingerprintCells)
+    assert source.count("views[0]") == 1
+    namespace = dict(vars(model))
+    exec(compile(source.replace("views[0]", "views[-1]"), "mutant", "exec"), namespace)  # noqa: S102
+    mutant = namespace["FingerprintCells"]
+
+    def views_of(buffer, count):
+        return {f"l{i}": buffer[i * 24:(i + 1) * 24].view(3, 2, 2, 1, 2) for i in range(count)}
+
+    one, other = torch.zeros(72), torch.zeros(72)
+    for views in (views_of(one, 1), views_of(one, 3), {**views_of(one, 1), "x": views_of(other, 1)["l0"]},
+                  {"x": views_of(other, 1)["l0"], **views_of(one, 2)}):
+        outcomes = []
+        for cells in (model.FingerprintCells, mutant):
+            try:
+                built = cells(views)
+                outcomes.append((built.words.data_ptr(), built.words.numel(), built._base, built._block, built._slot))
+            except ValueError as error:
+                outcomes.append(str(error))
+        assert outcomes[0] == outcomes[1], outcomes
+
+
+PROBES_WHOLE = [signed_or_unsigned_fingerprints_extend_alike, the_buffer_is_the_one_every_view_shares, samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
                 ablation_layout_without_panels, third_heading_is_never_narrower_than_its_rates]
