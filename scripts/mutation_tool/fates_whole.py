@@ -134,6 +134,10 @@ WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
     "vllm/replay.py:core/ReplaceComparisonOperator_Is_IsNot:5": (
         "tests/vllm/test_replay_bounds.py::"
         "test_the_reference_copies_through_a_transfer_handler_so_its_store_delays_are_measured",),
+    "vllm/replay.py:core/ReplaceComparisonOperator_Lt_GtE:1": (
+        "tests/vllm/test_replay_bounds.py::test_without_scripted_acceptance_every_draft_is_accepted_at_1_and_none_at_0",),
+    "vllm/replay.py:core/ReplaceComparisonOperator_Lt_Is:0": (
+        "tests/vllm/test_replay_bounds.py::test_without_scripted_acceptance_every_draft_is_accepted_at_1_and_none_at_0",),
 }
 
 # Killed on the snapshot (274dc7d) by tests of figures that main's issue 30 then rewrote (the store

@@ -1,5 +1,6 @@
-"""The vllm-scheduler replay's own verdicts (kvoffload/vllm/replay.py): a run cut at its step
-bound ends and names what it left, and which metrics the record leaves unmeasured."""
+"""The vllm-scheduler replay's own rules (kvoffload/vllm/replay.py): a run cut at its step bound
+ends and names what it left, which metrics the record leaves unmeasured, and the seeded draft
+acceptance of a workload that scripts none."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from kvoffload.vllm.replay import STORE_SUBMIT_DELAYS, VllmSchedulerReplay  # no
 from kvoffload.workloads import load_workload  # noqa: E402
 
 
-def replay(**kwargs) -> VllmSchedulerReplay:
-    workload = load_workload("shared-prefix-small")
+def replay(settings=None, **kwargs) -> VllmSchedulerReplay:
+    workload = load_workload("shared-prefix-small", settings)
     return VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad(REFERENCE), **kwargs)
 
 
@@ -28,3 +29,16 @@ def test_the_reference_copies_through_a_transfer_handler_so_its_store_delays_are
     unmeasured = replay().unmeasured()
     assert "fence_violations" in unmeasured  # no fence in vLLM's loop
     assert not set(STORE_SUBMIT_DELAYS) & set(unmeasured)
+
+
+def test_without_scripted_acceptance_every_draft_is_accepted_at_1_and_none_at_0():
+    # shared-prefix-small scripts no acceptance: each draft is accepted with probability
+    # spec_acceptance (the simulator's rule, LiveRequest.accepted_drafts). All accepted, a request
+    # emits three tokens a step and the run takes fewer steps than with none accepted.
+    settings = {"spec_tokens": "2", "scheduling": "sync"}
+    assert not any(spec.accept_counts for spec in load_workload("shared-prefix-small", settings).requests)
+    every = replay({**settings, "spec_acceptance": "1.0"}).run()
+    none = replay({**settings, "spec_acceptance": "0.0"}).run()
+    assert every.crash is None and none.crash is None
+    assert every.finished_requests == none.finished_requests == 32
+    assert every.steps < none.steps
