@@ -151,6 +151,11 @@ RETIRED_WITH_THEIR_CODE = (
     "report/scaling.py:core/NumberReplacer:2", "report/scaling.py:core/ZeroIterationForLoop:0")
 
 WHOLE_FATES: dict[str, tuple[str, str]] = {
+    "workloads/distributions.py:core/NumberReplacer:11": (
+        "equivalent",
+        "poisson()'s default floor 0 made -1: the floor only clamps a draw from below, and a Poisson draw is "
+        "never negative (PTRS's fast acceptance gives k >= 4 for every mean from 10 on, its other path "
+        "continues on k < 0), so max(k, 0) == max(k, -1) (probes_whole.py: poisson_draws_are_never_negative)"),
     "vllm/model.py:core/ReplaceBinaryOperator_LShift_RShift:0": (
         "equivalent",
         "the fingerprint mask `(1 << 64) - 1` made `(1 >> 64) - 1` (-1): every masked value is then taken "

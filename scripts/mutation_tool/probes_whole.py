@@ -193,5 +193,29 @@ def the_buffer_is_the_one_every_view_shares() -> None:
         assert outcomes[0] == outcomes[1], outcomes
 
 
-PROBES_WHOLE = [signed_or_unsigned_fingerprints_extend_alike, the_buffer_is_the_one_every_view_shares, samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
+def poisson_draws_are_never_negative() -> None:
+    """workloads/distributions.py poisson: the default floor ``0`` made ``-1``. The floor only
+    clamps a draw (``_clamp``: ``max(value, low)``), and ``poisson_variate`` never returns below 0:
+    the multiplication method counts up from 0; PTRS continues on ``k < 0`` and its fast
+    acceptance (``us >= 0.07``, so ``|u| <= 0.43``) has ``k >= floor(mean + 0.43 - 0.43 * (2a / 0.07
+    + b))``, at least 4 for every mean from 10 on (checked on a grid of means, a = -0.059 +
+    0.02483 b, b = 0.931 + 2.53 sqrt(mean)). ``max(k, 0) == max(k, -1)`` for k >= 0; the draws of
+    both forms are compared on seeded streams at small and large means."""
+    import math
+    import random
+
+    from kvoffload.workloads import distributions
+
+    for mean in [10 + i / 10 for i in range(1000)] + [10 ** (1 + i / 100) for i in range(700)]:
+        b = 0.931 + 2.53 * math.sqrt(mean)
+        a = -0.059 + 0.02483 * b
+        assert math.floor(mean + 0.43 - 0.43 * (2 * a / 0.07 + b)) >= 4, mean
+    for mean in (0.0, 0.5, 3.0, 9.99, 10.0, 40.0, 150.0, 1e6):
+        shipped, mutant = distributions.poisson(mean), distributions.poisson(mean, floor=-1)
+        first, second = random.Random(7), random.Random(7)
+        draws = [shipped.sample(first) for _ in range(20_000)]
+        assert draws == [mutant.sample(second) for _ in range(20_000)] and min(draws) >= 0
+
+
+PROBES_WHOLE = [poisson_draws_are_never_negative, signed_or_unsigned_fingerprints_extend_alike, the_buffer_is_the_one_every_view_shares, samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
                 ablation_layout_without_panels, third_heading_is_never_narrower_than_its_rates]
