@@ -279,9 +279,10 @@ def _stage(args) -> int:
         meta = json.loads((WORK / "meta.json").read_text())
         rechecked = {test for tests in chosen.values() for test in tests}
         for in_vllm in (False, True):  # each venv's tests in that venv (a vLLM module's run there)
-            tests = tuple(dict.fromkeys(test for k, tests in chosen.items() if (k.split(":")[0] in VLLM_MODULES) == in_vllm
-                                        for test in tests))
-            broken |= set(failing_unmutated(pytest_command(tests, next(iter(VLLM_MODULES)) if in_vllm else ""))) if tests else set()
+            tests = tuple(dict.fromkeys(test for k, tests in chosen.items()
+                                        if (k.split(":")[0] in VLLM_MODULES) == in_vllm for test in tests))
+            venv_of = next(iter(VLLM_MODULES)) if in_vllm else ""
+            broken |= set(failing_unmutated(pytest_command(tests, venv_of))) if tests else set()
         meta["new_failing_unmutated"] = sorted(broken | (set(meta.get("new_failing_unmutated", [])) - rechecked))
         (WORK / "meta.json").write_text(json.dumps(meta, indent=2))
         print(f"new tests failing unmutated (their mutants are not run): {sorted(broken)}", flush=True)
@@ -315,7 +316,8 @@ def _stage(args) -> int:
                 continue
             started = time.perf_counter()
             try:
-                ran = subprocess.run(["nice", "-n", "10", *stage_command(args.stage, row, tuple(args.first), tuple(args.within))], cwd=TREE,
+                command = stage_command(args.stage, row, tuple(args.first), tuple(args.within))
+                ran = subprocess.run(["nice", "-n", "10", *command], cwd=TREE,
                                      # the vLLM stage runs as CI runs it (.ci/run): every replay under one hash seed
                                      env=dict(env(), PYTHONHASHSEED="0") if args.stage == "vllm" else env(),
                                      capture_output=True, text=True, timeout=args.timeout)

@@ -21,19 +21,17 @@ def snapshot_tests() -> None:
 
 
 def refresh_tests() -> list[str]:
-    """The snapshot's tests/: those of the snapshot's commit, with this branch's own test changes
-    on top (the files its own commits touched since then, merges left out: what main moved since
-    may test code the snapshot lacks). Returns the files overlaid."""
+    """The snapshot's tests/: those of the snapshot's commit, with the files of the tests written
+    for its survivors (``fates.NEW_TESTS``, what the ``new`` stage runs) and this worktree's new
+    test files on top, as they are now. Only those: other test files main changed since may test
+    code the snapshot lacks. Returns the files overlaid."""
     commit = json.loads((WORK / "meta.json").read_text())["commit"]
     shutil.rmtree(TREE / "tests", ignore_errors=True)
     archive = subprocess.run(["git", "archive", commit, "tests"], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(TREE)], input=archive, check=True)
-    overlay = sorted(set(subprocess.run(["git", "log", "--first-parent", "--no-merges", "--name-only", "--format=",
-                                         f"{commit}..HEAD", "--", "tests"], cwd=ROOT, capture_output=True,
-                                        text=True, check=True).stdout.split()))
-    overlay += subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "tests"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout.split()
-    from fates import NEW_TESTS  # a test named for a survivor may come from a file main added since
+    overlay = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "tests"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    from fates import NEW_TESTS
     overlay = sorted(set(overlay) | {test.split("::")[0] for tests in NEW_TESTS.values() for test in tests})
     for name in overlay:
         source, target = ROOT / name, TREE / name

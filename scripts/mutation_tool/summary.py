@@ -51,7 +51,8 @@ def write_report(meta: dict, every: list[dict], key, done: dict, fates: dict, st
              f"{beyond}: "
              f"{len(rows)} run, {len(pending)} not yet run. "
              "Regenerate with the commands in docs/mutation.md.", "",
-             f"Tests: those of that commit, with this branch's own on top ({', '.join(meta.get('overlay', []))}). "
+             f"Tests: those of that commit, with the files of the tests written for its survivors on top "
+             f"({', '.join(meta.get('overlay', []))}). "
              f"Failing on the unmutated snapshot, so deselected from every run: "
              f"{', '.join(meta.get('deselect', [])) or 'none'}."
              + (f" Deselected from exec only (they failed on an earlier round's snapshot, which lacked "
