@@ -332,10 +332,13 @@ def _stage(args) -> int:
         if args.within and verdict == "survived":  # a part passing is no verdict of the whole stage
             print(f"passed   {key(row):60} within {' '.join(args.within)} ({time.perf_counter() - started:.0f} s)")
             continue
+        done = verdicts()  # read again: a stage in another tree (KVOFFLOAD_MUTATION_TREE) may have written since
         entry = done.setdefault(key(row), {})
         entry[args.stage] = verdict
         entry[f"{args.stage}_by"] = by
-        (WORK / "stages.json").write_text(json.dumps(done, indent=2))
+        written = WORK / f"stages.json.{os.getpid()}"
+        written.write_text(json.dumps(done, indent=2))
+        written.replace(WORK / "stages.json")
         print(f"{verdict:8} {key(row):60} {by} ({time.perf_counter() - started:.0f} s)", flush=True)
     return 0
 

@@ -151,6 +151,16 @@ RETIRED_WITH_THEIR_CODE = (
     "report/scaling.py:core/NumberReplacer:2", "report/scaling.py:core/ZeroIterationForLoop:0")
 
 WHOLE_FATES: dict[str, tuple[str, str]] = {
+    "vllm/connector.py:core/NumberReplacer:19": (
+        "equivalent",
+        "_single_group's `groups[0]` made `groups[-1]` right after refusing any count but one: one group is "
+        "its first and its last (probes_whole.py: one_group_is_its_first_and_its_last, on the snapshot's "
+        "function; main has rewritten it for several groups)"),
+    "vllm/observe.py:core/NumberReplacer:15": (
+        "equivalent",
+        "StoreSubmitDelays' `per_chunk = ... if chunks else 0` made `else -1`: per_chunk is read only inside "
+        "the generator over range(chunks), empty when chunks is 0 (probes_whole.py: "
+        "a_store_of_no_chunk_counts_no_delay, on the snapshot's class; main has rewritten the line)"),
     "workloads/distributions.py:core/NumberReplacer:11": (
         "equivalent",
         "poisson()'s default floor 0 made -1: the floor only clamps a draw from below, and a Poisson draw is "

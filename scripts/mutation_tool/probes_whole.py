@@ -217,5 +217,75 @@ def poisson_draws_are_never_negative() -> None:
         assert draws == [mutant.sample(second) for _ in range(20_000)] and min(draws) >= 0
 
 
-PROBES_WHOLE = [poisson_draws_are_never_negative, signed_or_unsigned_fingerprints_extend_alike, the_buffer_is_the_one_every_view_shares, samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
+def _snapshot_source(path: str) -> str:
+    """A module's text at the whole run's snapshot commit (results/mutation/tool/whole/score.json):
+    for mutants of code main has rewritten since."""
+    import json
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    commit = json.loads((root / "results/mutation/tool/whole/score.json").read_text())["commit"]
+    return subprocess.run(["git", "show", f"{commit}:reference/kvoffload/{path}"], cwd=root, capture_output=True,
+                          text=True, check=True, timeout=60).stdout
+
+
+def _both(source: str, old: str, new: str) -> tuple[dict, dict]:
+    """The snapshot's module executed as shipped and with ``old`` made ``new`` (once)."""
+    assert source.count(old) == 1, old
+    namespaces = ({}, {})
+    for namespace, text in zip(namespaces, (source, source.replace(old, new))):
+        exec(compile(text, "snapshot", "exec"), namespace)  # noqa: S102
+    return namespaces
+
+
+def one_group_is_its_first_and_its_last() -> None:
+    """vllm/connector.py _single_group (snapshot): ``return groups[0]`` made ``groups[-1]``, right
+    after ``if len(groups) != 1: raise``: a list of one holds one group at both ends. Checked with
+    the snapshot's function on configs of 0, 1 and 2 groups."""
+    from types import SimpleNamespace
+
+    import ast
+
+    source = _snapshot_source("vllm/connector.py")
+    function = next(node for node in ast.parse(source).body if getattr(node, "name", "") == "_single_group")
+    shipped, mutant = _both("from kvoffload.core.types import ConfigError\n" + ast.get_source_segment(source, function),
+                            "    return groups[0]", "    return groups[-1]")
+    for count in (0, 1, 2):
+        config, outcomes = SimpleNamespace(kv_cache_groups=[object() for _ in range(count)]), []
+        for namespace in (shipped, mutant):
+            try:
+                outcomes.append(namespace["_single_group"](config))
+            except Exception as error:  # noqa: BLE001 - the refusal is part of what is compared
+                outcomes.append(str(error))
+        assert outcomes[0] == outcomes[1], (count, outcomes)
+
+
+def a_store_of_no_chunk_counts_no_delay() -> None:
+    """vllm/observe.py StoreSubmitDelays.attach (snapshot): ``per_chunk = ... if chunks else 0``
+    made ``else -1``: ``per_chunk`` is read only inside the generator over ``range(chunks)``, which
+    is empty when ``chunks`` is 0. Checked with the snapshot's class on stores of 0, 1 and 2 chunks."""
+    from types import SimpleNamespace
+
+    from kvoffload.engine.record import RunRecord
+
+    shipped, mutant = _both(_snapshot_source("vllm/observe.py"),
+                            "len(job.gpu_block_ids) // chunks if chunks else 0",
+                            "len(job.gpu_block_ids) // chunks if chunks else -1")
+    seen = []
+    for namespace in (shipped, mutant):
+        record = RunRecord()
+        delays = namespace["StoreSubmitDelays"](4, record)
+        handler = SimpleNamespace(submit_store=lambda job: job)
+        delays.attach(handler)
+        table = [5, 6, 7, 8, 9, 10]
+        for step in range(len(table)):  # block table[i] full at step i (4-token blocks)
+            delays.written(step, table, 4 * step, 4 * step + 4)
+        delays.step = 9
+        for blocks, slots in (((), ()), ((5, 6), (0,)), ((7, 8, 9, 10), (1, 2))):
+            handler.submit_store(SimpleNamespace(gpu_block_ids=blocks, chunk_slots=slots))
+        seen.append(list(record.store_submit_delays))
+    assert seen[0] == seen[1] == [9 - 1, 9 - 3, 9 - 5], seen  # each chunk from its last block's step
+
+
+PROBES_WHOLE = [one_group_is_its_first_and_its_last, a_store_of_no_chunk_counts_no_delay, poisson_draws_are_never_negative, signed_or_unsigned_fingerprints_extend_alike, the_buffer_is_the_one_every_view_shares, samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
                 ablation_layout_without_panels, third_heading_is_never_narrower_than_its_rates]
