@@ -87,6 +87,7 @@ def test_a_machine_name_is_a_folder_name_never_a_path(sandbox, script, machine):
     ("scripts/setup", ("--bogus",)),
     ("scripts/setup-vllm", ("0.29.0", "extra")),
     ("scripts/vllm-on-demand", (".venv-vllm", "extra")),
+    ("scripts/packaged-gates", (".venv-vllm", "extra")),
     ("scripts/gpu-runner", ("--bogus",)),
     ("scripts/grade-connectors", ("--bogus",)),
     ("benchmarks/first-parent-line", ("extra",)),
@@ -137,7 +138,7 @@ def test_every_script_is_in_one_of_these_lists():
              for path in (REPO / folder).glob("*.py") if '__name__ == "__main__"' in path.read_text()}
     packages = {str(path.parent.relative_to(REPO)) for path in (REPO / "scripts").glob("*/__main__.py")}
     covered = {script for script, _ in PYTHON_SCRIPTS} | {
-        "scripts/setup", "scripts/setup-vllm", "scripts/vllm-on-demand", "scripts/gpu-runner",
+        "scripts/setup", "scripts/setup-vllm", "scripts/vllm-on-demand", "scripts/packaged-gates", "scripts/gpu-runner",
         "scripts/grade-connectors",
         "benchmarks/first-parent-line", "benchmarks/record", "benchmarks/record-real-model", "benchmarks/publish"}
     assert (executable | mains | packages) - covered == set()
