@@ -49,7 +49,9 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
     def __init__(self, config: ConnectorConfig, fixes: Fixes | None = None,
                  manager: CPUOffloadManager | None = None):
         super().__init__(config, fixes, manager)
-        self.groups = model_named(config.model).groups
+        model = model_named(config.model)
+        self.fixes.check_model(model)
+        self.groups = model.groups
         tpc = config.tokens_per_chunk
         windows = [group.window_chunks(tpc) for group in self.groups]
         self._windows = windows
@@ -57,8 +59,6 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self._sliding = tuple(sorted((g for g, window in enumerate(windows) if window is not None),
                                      key=lambda g: windows[g], reverse=True))
         self._lookup_order = tuple(full) + self._sliding
-        model = model_named(config.model)
-        self.fixes.check_model(model)
         self._has_mamba = model.has_mamba
         # vLLM 0.30's window lookup (padded rightmost run, a pending chunk behind a miss does not
         # defer) and stores (reachable chunks only); before it, ReleaseRules.windows says.

@@ -288,10 +288,8 @@ class HybridKV:
             rows.cached_this_step.clear()
 
     def split(self, live: LiveRequest, num_computed: int, num_new: int) -> int:
-        """A prefill chunk cut where a Mamba state is materialised (``mamba.aligned_split``);
-        unchanged without a Mamba group (``need_mamba_block_aligned_split``)."""
-        if not self.mamba:
-            return num_new
+        """A prefill chunk cut where a Mamba state is materialised (``mamba.aligned_split``); the
+        callers ask only with a Mamba group (``need_mamba_block_aligned_split``)."""
         req = live.req
         return aligned_split(num_computed, num_new, req.num_prompt_tokens, req.num_tokens,
                              req.shared_prefix_boundary, self.block_size, self.max_prefill_tokens)

@@ -184,7 +184,7 @@ class KVOracle:
             table = item.live.tables[group]
             if state and item.num_tokens > 1:
                 last = (item.start + item.num_tokens - 1) // bs
-                written = [(position, value) for position, value in self._state_writes(item, last * bs)]
+                written = self._state_writes(item, last * bs)
                 slots.append(np.asarray([table[last] * bs + position % bs for position, _ in written],
                                         dtype=np.int64))
                 values.append(np.asarray([value for _, value in written], dtype=np.int64) ^ salt)

@@ -66,10 +66,11 @@ def replay(connector, requests, config: EngineConfig = TINY, *, forget_gpu_cache
     return built.run(), built
 
 
-def forget_free_blocks(pool) -> None:
-    """vLLM's ``BlockPool`` drops the hash of every free block (``_maybe_evict_cached_block``)."""
+def forget_free_blocks(pool, keep=frozenset()) -> None:
+    """vLLM's ``BlockPool`` drops the hash of every free block (``_maybe_evict_cached_block``)
+    but those whose ids are in ``keep``."""
     for block in pool.blocks:
-        if block.ref_cnt == 0:
+        if block.ref_cnt == 0 and block.block_id not in keep:
             pool._maybe_evict_cached_block(block)
 
 

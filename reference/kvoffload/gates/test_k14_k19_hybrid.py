@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.engine.requests import RequestSpec
-from kvoffload.gates.story import TINY, assert_clean, assert_whole_prompt_served, replay, tokens
+from kvoffload.gates.story import TINY, assert_clean, assert_whole_prompt_served, forget_free_blocks, replay, tokens
 from kvoffload.gates.test_k21_k30_tier import _not_modelled
 
 DECLINES = "needs a tier whose allocation fails on demand: the reference's manager or vLLM's CPU manager"
@@ -146,10 +146,7 @@ def loses_all_but_the_head(req_id: str, head_blocks: int, before_step: int):
             if req_id in scheduler.requests:
                 head.update(scheduler.kv_cache_manager.get_block_ids(req_id)[attention][:head_blocks])
             if next_step == before_step:
-                pool = scheduler.kv_cache_manager.block_pool
-                for block in pool.blocks:
-                    if block.ref_cnt == 0 and block.block_id not in head:
-                        pool._maybe_evict_cached_block(block)
+                forget_free_blocks(scheduler.kv_cache_manager.block_pool, keep=head)
             if plain is not None:
                 plain(next_step, finished)
         built.on_step = on_step
