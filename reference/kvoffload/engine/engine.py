@@ -88,7 +88,8 @@ class Engine:
             cpu_bytes = config.cpu_chunks * config.tokens_per_chunk * config.slot_bytes
             raise ConfigError(f"cannot allocate the KV tensors ({gpu_bytes:,} GPU-tier and {cpu_bytes:,} "
                               f"offload-tier bytes): lower gpu_blocks, cpu_chunks or slot_bytes") from error
-        self.oracle = KVOracle(self.kv, requests, bs, config.tokens_per_chunk)
+        self.oracle = KVOracle(self.kv, requests, bs, config.tokens_per_chunk,
+                               state_groups=[group for group, state in self._other_groups if state])
         self.feed = ArrivalFeed(requests, check=self._check_fits)
         self.observer = RunObserver(hardware_profile(config.profile), bs, config.tokens_per_chunk, trace)
         self.record = self.observer.record

@@ -10,7 +10,9 @@ any one token differ at every later position. It is computed for a whole sequenc
 the GPU slots a forward pass computes, and checks two things (docs/engine.md, "The KV oracle"):
 every slot a load filled holds its request's fingerprint (else a :class:`PoisonedLoad`), and no
 block a pending store still reads is rewritten for another request (else a
-:class:`FenceViolation`).
+:class:`FenceViolation`). A Mamba group's block holds a state, not positions: the fingerprint of
+the prefix it summarises and that prefix's token count, checked against the point a loaded
+request resumes from.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Callable, Collection, Sequence
 import numpy as np
 import torch
 
-from kvoffload.core.types import TOKEN_TYPECODE, StepPlan, TransferJob
+from kvoffload.core.types import NULL_BLOCK, TOKEN_TYPECODE, StepPlan, TransferJob
 from kvoffload.engine.record import FenceViolation, PoisonedLoad
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.worker.kv import KVCache
@@ -76,14 +78,20 @@ def to_signed_int(value: int) -> int:
 
 
 class KVOracle:
-    def __init__(self, kv: KVCache, requests: Sequence[RequestSpec], block_size: int, tokens_per_chunk: int):
+    def __init__(self, kv: KVCache, requests: Sequence[RequestSpec], block_size: int, tokens_per_chunk: int,
+                 state_groups: Collection[int] = ()):
         self.block_size = block_size
         self.tokens_per_chunk = tokens_per_chunk
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
-        self._slot_fp = kv.gpu.view(kv.num_gpu_blocks * block_size, kv.slot_bytes).view(torch.int64)[:, 0]
+        words = kv.gpu.view(kv.num_gpu_blocks * block_size, kv.slot_bytes).view(torch.int64)
+        self._slot_fp = words[:, 0]
         # On the CPU the same slots as a numpy view: a fancy-index write costs a few µs, torch's
         # index_put a few tens (it runs every step).
         self._slot_fp_np = self._slot_fp.numpy() if kv.gpu.device.type == "cpu" else None
+        # The Mamba groups (align mode): their blocks hold a state's fingerprint and, in each
+        # slot's second word where it has one (slot_bytes >= 16, the default), its token count.
+        self._state_groups = tuple(state_groups)
+        self._slot_count = words[:, 1] if kv.slot_bytes >= 16 else None
         # Fingerprints of each live request's scripted sequence (int64 bit patterns), made when
         # first read (its first forward or load check, not while it waits in the queue) and
         # dropped when it finishes: memory follows what runs, not the workload or its backlog.
@@ -169,11 +177,11 @@ class KVOracle:
 
     def forward_group(self, scheduled: Sequence, group: int, state: bool = False) -> None:
         """A hybrid model: the same positions in group ``group``'s blocks (``live.tables[group]``),
-        with the group's salt; :meth:`forward` wrote group 0. ``state``: a Mamba group (align
-        mode), whose row holds one state block, at the index of the chunk's last position (the
-        rest null): only the positions of that block are written there, so a state block of
-        index ``i`` holds the fingerprints of positions ``i * block_size ..`` up to the state's
-        end, the last one the prefix the state summarises."""
+        with the group's salt; :meth:`forward` wrote group 0. ``state``: a Mamba group, whose
+        blocks hold states (:meth:`_write_states`)."""
+        if state:
+            self._write_states(scheduled, group)
+            return
         bs, salt = self.block_size, np.int64(group_salt(group))
         slots, values = [], []
         one_slots, one_values = [], []  # decode steps: one position each, gathered in Python
@@ -182,13 +190,6 @@ class KVOracle:
             if not item.num_tokens:
                 continue
             table = item.live.tables[group]
-            if state and item.num_tokens > 1:
-                last = (item.start + item.num_tokens - 1) // bs
-                written = self._state_writes(item, last * bs)
-                slots.append(np.asarray([table[last] * bs + position % bs for position, _ in written],
-                                        dtype=np.int64))
-                values.append(np.asarray([value for _, value in written], dtype=np.int64) ^ salt)
-                continue
             if item.num_tokens == 1:
                 start = item.start
                 one_slots.append(table[start // bs] * bs + start % bs)
@@ -209,14 +210,30 @@ class KVOracle:
         if slots:
             self._write_slots(np.concatenate(slots), np.concatenate(values))
 
-    def _state_writes(self, item, first_position: int) -> list[tuple[int, int]]:
-        """(position, fingerprint) of a multi-token step's writes from ``first_position`` on."""
-        if not item.prefill:  # 1 real token + drafts
-            return [(position, value) for position, value in self._draft_fingerprints(item)
-                    if position >= first_position]
-        start = max(item.start, first_position)
-        held = self._fp[item.live.req_id][start:item.start + item.num_tokens]
-        return list(zip(range(start, item.start + item.num_tokens), held.tolist()))
+    def _write_states(self, scheduled: Sequence, group: int) -> None:
+        """A Mamba group (align mode) keeps one recurrent state per request, not one value per
+        position: each scheduled request's state after its last scheduled token, ``count`` tokens,
+        goes into its row's block ``cdiv(count, block_size) - 1``, where align mode keeps the
+        running state (engine/mamba.py). Every slot of the block holds the salted fingerprint of
+        the ``count`` tokens the state summarises and, in its second word, ``count``, so a block
+        ending on a boundary holds that boundary's state (what the engine caches and the connector
+        stores) and a chunk of it in the tier reads as that prefix. (No drafts: a Mamba group
+        refuses speculative decoding, ``EngineConfig``.)"""
+        bs, fingerprints = self.block_size, self._fp
+        blocks, hashes, counts = [], [], []
+        for item in scheduled:
+            if item.num_tokens:
+                count = item.start + item.num_tokens
+                blocks.append(item.live.tables[group][(count - 1) // bs])
+                hashes.append(fingerprints[item.live.req_id][count - 1])
+                counts.append(count)
+        if not blocks:
+            return
+        slots = (np.asarray(blocks, dtype=np.int64)[:, None] * bs + np.arange(bs)).reshape(-1)
+        self._write_slots(slots, np.repeat(np.asarray(hashes, dtype=np.int64) ^ np.int64(group_salt(group)), bs))
+        if self._slot_count is not None:
+            self._slot_count[torch.from_numpy(slots)] = torch.from_numpy(np.repeat(counts, bs).astype(np.int64)).to(
+                self._slot_count.device)
 
     def _draft_fingerprints(self, item) -> list[tuple[int, int]]:
         """Decode step with drafts: position ``start`` is the real last token; draft j sits at
@@ -292,19 +309,41 @@ class KVOracle:
                 for chunk in sorted(set((positions // tpc).tolist()))]
 
     def _check_group_chunks(self, live, job: TransferJob, step: int) -> list[PoisonedLoad]:
-        """A hybrid model's load: chunk by chunk, each in its group's blocks with its salt."""
+        """A hybrid model's load: chunk by chunk, each in its group's blocks with its salt; a
+        Mamba group's state at the request's resume point (:meth:`_check_states`)."""
         bs, tpc = self.block_size, self.tokens_per_chunk
         fingerprints, blocks = self._fp[live.req_id], iter(job.gpu_block_ids)
         poisoned = []
         for chunk, group, skip in zip(job.chunk_indices, job.chunk_groups, job.skips()):
             start = chunk * tpc + skip * bs
             chunk_blocks = np.asarray([next(blocks) for _ in range((tpc - skip * bs) // bs)], dtype=np.int64)
+            if group in self._state_groups:  # a state, not positions: checked below
+                continue
             slots = (chunk_blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
             held = self._slot_fp_np[slots] if self._slot_fp_np is not None \
                 else self._slot_fp[torch.from_numpy(slots)].cpu().numpy()
             bad = int((held != (fingerprints[start:start + len(slots)] ^ np.int64(group_salt(group)))).sum())
             if bad:
                 poisoned.append(PoisonedLoad(step, live.req_id, chunk, bad, group))
+        return poisoned + self._check_states(live, step) if self._state_groups else poisoned
+
+    def _check_states(self, live, step: int) -> list[PoisonedLoad]:
+        """Every load on a model with a Mamba group, whichever chunks it carried: the request
+        resumes after ``n`` tokens (its hit; one short of a whole-request hit, which recomputes
+        the last token: ``SchedulerModel.load_landed``) from the state in its row's block
+        ``cdiv(n, block_size) - 1``, which must summarise exactly its first ``n`` tokens (their
+        fingerprint and count). A state one token late applies a token twice (vLLM #44599,
+        catalogue K18). One poisoned slot per bad state, in the chunk of the ``n``-th token, as
+        vLLM's scheduler's oracle reports it (vllm/model.py, ``poisoned_chunks``)."""
+        n = min(live.loaded_tokens, live.req.num_tokens - 1)
+        bs, fingerprints, poisoned = self.block_size, self._fp[live.req_id], []
+        for group in self._state_groups:
+            table, index = live.tables[group], (n - 1) // bs
+            block = table[index] if index < len(table) else NULL_BLOCK
+            held = int(self._slot_fp[block * bs]) if block != NULL_BLOCK else None  # no state there at all
+            count = int(self._slot_count[block * bs]) if self._slot_count is not None and held is not None else n
+            if held != int(fingerprints[n - 1] ^ np.int64(group_salt(group))) or count != n:
+                poisoned.append(PoisonedLoad(step, live.req_id, (n - 1) // self.tokens_per_chunk, 1, group))
         return poisoned
 
 
