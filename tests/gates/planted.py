@@ -37,3 +37,12 @@ class UnfencedWindowScheduler(HybridConnectorScheduler):
             return plain(req_id, keys, source_blocks, fence_now)
 
         self.jobs.add_store = fenced_at_finish_only
+
+
+class UnroundedMambaHitScheduler(HybridConnectorScheduler):
+    """vLLM before 0.25.0 (#44599), K18: a Mamba group's hit is bounded only one token short of
+    the request, as a window's, not rounded down to a chunk's end where a state was stored, so an
+    exact resend of a stored prefix is served one token short with the state of its whole."""
+
+    def _lookup_bound(self, req) -> int:
+        return req.num_tokens - (1 if self._sliding else 0)

@@ -2,14 +2,18 @@
 
 The model is ``gpt-oss-tiny``: full attention (group 0) and an 8-token sliding window (group 1);
 block size 4, one block per chunk. A window's blocks behind it go back to the pool while its
-request runs. K15-K19 need what the engine does not model (catalogue.NO_GATE says what).
+request runs. K18's is ``qwen3-next``: full attention and a Mamba group in align mode (group 1),
+block size 16. K15-K17 need what the engine does not model (catalogue.NO_GATE says what), K19 what
+it does not hand a connector yet (catalogue.VLLM_ONLY).
 """
 
 from __future__ import annotations
 
-from planted import StaleWindowBlocksScheduler, UnfencedWindowScheduler
-from story import TINY, engine, healthy, poisoned, tokens
+import pytest
+from planted import StaleWindowBlocksScheduler, UnfencedWindowScheduler, UnroundedMambaHitScheduler
+from story import SCHEDULINGS, TINY, assert_healthy, engine, healthy, poisoned, tokens
 
+from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.engine.requests import RequestSpec
 
 
@@ -112,3 +116,49 @@ class TestK14WindowBlockFencedWhileItsStoreWaits:
         eng.connector = eng.scheduler.connector = UnfencedWindowScheduler(self.CONFIG.connector_config(), eng.fixes)
         record = eng.run()
         assert poisoned(record) == [("C", 1, 4)] and record.poisoned[0].group == 1
+
+
+# The presets whose release rules can replay a Mamba group (Fixes.check_model refuses the others).
+MAMBA_PRESETS = tuple(name for name, preset in PRESETS.items() if preset.rules.mamba_boundary_hand_off)
+
+
+class TestK18MambaStateAtABoundary:
+    """vLLM #44599 (fixed in 0.25.0). ``qwen3-next``, block size 16, one block per chunk. A Mamba
+    state summarises every token before it, so a hit must end exactly where a stored state does.
+    B (P = 64 tokens, + 6) stores the state at 64, its prompt's replay boundary. C = P exactly,
+    after the GPU cache forgot B: a lookup may serve at most 63 tokens (one must be computed), and
+    63 is not a state boundary, so it must round down to one (48, never stored: no hit). Served 63
+    tokens with the state of 64, C would apply its last prompt token twice: the KV oracle finds
+    the restored state summarising 64 tokens where C resumes after 63 (engine/oracle.py)."""
+
+    CONFIG = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64)
+
+    def requests(self):
+        p = tuple(range(1000, 1064))
+        return [RequestSpec("B", p + tuple(range(5000, 5006)), tokens(2, 4)),
+                RequestSpec("C", p, tokens(3, 4), arrival_step=12)]
+
+    def replay(self, scheduling: str, fixes: Fixes | None = None, connector_class=None):
+        config = self.CONFIG.replace(scheduling=scheduling)
+        eng = engine(self.requests(), config, fixes, forget_gpu_cache_before=(12,))
+        if connector_class is not None:
+            eng.connector = eng.scheduler.connector = connector_class(config.connector_config(), eng.fixes)
+        return eng.run()
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    @pytest.mark.parametrize("preset", (None,) + MAMBA_PRESETS)
+    def test_an_exact_resend_never_resumes_from_a_later_state(self, scheduling, preset):
+        record = self.replay(scheduling, Fixes.preset(preset) if preset else None)
+        assert_healthy(record)
+        assert record.finished_requests == 2
+        assert window_chunks_stored(record, "B") == {3}  # group 1's: the state at 64, B's replay boundary
+        assert record.connector_hit_tokens_admitted == 0  # 63 rounds down to 48: no state there, no hit
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_without_the_round_down_c_resumes_from_the_state_of_64(self, scheduling):
+        """The bug planted (no fix flag: every release modelled rounds down): C is served 63
+        tokens with the state of 64, one poisoned state in group 1, chunk 3, as in vLLM's
+        scheduler (tests/vllm/test_mamba.py)."""
+        record = self.replay(scheduling, connector_class=UnroundedMambaHitScheduler)
+        assert record.connector_hit_tokens_admitted == 63
+        assert poisoned(record) == [("C", 3, 1)] and record.poisoned[0].group == 1

@@ -45,13 +45,11 @@ COVERED_BY: dict[str, str] = {
     "K30": "TestK08CompletionForAnAbortedRequest: aborts while loading and storing release everything",
 }
 
-# Gated in vLLM's scheduler only (kvoffload.gates): the simulator runs one connector per engine.
+# Gated in vLLM's scheduler only (kvoffload.gates), each with why the simulator has no story. A bug
+# gated in both (a class of the same name in tests/gates and here) is in none of these lists.
 VLLM_ONLY: dict[str, str] = {
     "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
            "peer); the simulator runs one connector per engine",
-    "K18": "the simulator replays qwen3-next's Mamba group, but its KV oracle checks a loaded state's "
-           "positions, not the token count the state summarises, so it cannot see a state one token late; "
-           "vLLM's scheduler's oracle does (vllm/model.py, StateCells)",
     "K19": "per-group local hits diverge only with a Mamba group (vLLM's get_computed_blocks_for_connector), "
            "and the simulator hands a connector only the agreed hit (no opt-in divergent path yet)",
 }

@@ -111,7 +111,7 @@ MAMBA = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64)
 
 class TestK18MambaStateAtABoundary:
     """vLLM #44599 (fixed in 0.25.0). ``qwen3-next``: full attention and a Mamba group in align
-    mode, block size 16 (vLLM's scheduler only: the simulator does not model Mamba yet). A Mamba
+    mode, block size 16 (the simulator's story of the same name: tests/gates). A Mamba
     state summarises every token before it, so a hit must end exactly where a stored state does.
     B (P = 64 tokens, + 6) stores the state at 64, its prompt's replay boundary. C = P exactly,
     after the GPU cache forgot B: a lookup may serve at most 63 tokens (one must be computed), and
