@@ -92,6 +92,8 @@ class KVOracle:
         # slot's second word where it has one (slot_bytes >= 16, the default), its token count.
         self._state_groups = tuple(state_groups)
         self._slot_count = words[:, 1] if kv.slot_bytes >= 16 else None
+        self._slot_count_np = self._slot_count.numpy() if self._slot_count is not None and self._slot_fp_np is not None \
+            else None
         # Fingerprints of each live request's scripted sequence (int64 bit patterns), made when
         # first read (its first forward or load check, not while it waits in the queue) and
         # dropped when it finishes: memory follows what runs, not the workload or its backlog.
@@ -231,7 +233,9 @@ class KVOracle:
             return
         slots = (np.asarray(blocks, dtype=np.int64)[:, None] * bs + np.arange(bs)).reshape(-1)
         self._write_slots(slots, np.repeat(np.asarray(hashes, dtype=np.int64) ^ np.int64(group_salt(group)), bs))
-        if self._slot_count is not None:
+        if self._slot_count_np is not None:
+            self._slot_count_np[slots] = np.repeat(counts, bs)
+        elif self._slot_count is not None:
             self._slot_count[torch.from_numpy(slots)] = torch.from_numpy(np.repeat(counts, bs).astype(np.int64)).to(
                 self._slot_count.device)
 
