@@ -159,6 +159,29 @@ class TestPrefixCache:
         assert (length, junction) == (8, 16)
         assert len(hits[0]) == 2 and hits[1][0] == NULL_BLOCK and hits[1][1] != NULL_BLOCK
 
+    def test_a_connector_that_opts_in_is_told_full_attentions_hit_unless_a_group_hit_deeper(self):
+        """get_computed_blocks_for_connector (vLLM 0.28+): the same A and B, each group's hit on
+        its own: full attention's 16 is the local hit, flagged diverged (Mamba's is 8), with no
+        junction. Dense retention (states at 8, 12 and 16: the groups agree on 16); with full
+        attention's block 3 and the state at 12 gone: Mamba, looked up to B's 23 tokens, hits 16, deeper than full attention's
+        12, so B takes the hit every group agrees on (the state at 8; junction 12), not diverged."""
+        for retention in (0, None):
+            scheduler = qwen(max_num_batched_tokens=64, max_num_seqs=1, prefix_cache_retention_interval=retention)
+            first = arrive(scheduler, "A", prompt=10, output=8)
+            steps(scheduler, 0, 9)
+            follow = arrive(scheduler, "B", prompt=24)
+            follow.req.all_token_ids[:16] = first.req.all_token_ids[:16]
+            follow.req.block_hashes[:4] = first.req.block_hashes[:4]
+            hits, length, junction, diverged = scheduler.hybrid.prefix_hit_for_connector(follow)
+            assert (len(hits[0]), length, junction, diverged) == (4, 16, 0, retention == 0)  # dense: a state at 16
+            if retention == 0:
+                assert hits[1][0] == NULL_BLOCK and hits[1][1] != NULL_BLOCK and len(hits[1]) == 2
+                continue
+            states = [scheduler.pool.cached_block(group_key(first.req.block_hashes[i], 1)) for i in (1, 3)]
+            scheduler.pool.uncache_free_blocks(keep={*hits[0][:3], *states})
+            assert scheduler.hybrid.prefix_hit_for_connector(follow) == (*scheduler.hybrid.prefix_hit(follow), False)
+            assert scheduler.hybrid.prefix_hit(follow)[1:] == (8, 12)
+
     def test_a_state_cached_in_this_step_is_not_a_hit_before_the_next(self):
         """cached_blocks_this_step: A's first chunk caches its state at 16 in step 0, and its
         second (16..18, cached up to its prompt's boundary again) marks it once more in step 1;

@@ -4,7 +4,10 @@ tests/vllm/broken_connector.py wraps them for vLLM's scheduler."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from kvoffload.core.hybrid import HybridConnectorScheduler
+from kvoffload.core.model import GroupKind
 from kvoffload.core.types import NULL_BLOCK
 
 
@@ -46,3 +49,22 @@ class UnroundedMambaHitScheduler(HybridConnectorScheduler):
 
     def _lookup_bound(self, req) -> int:
         return req.num_tokens - (1 if self._sliding else 0)
+
+
+class StatelessDivergentLoadScheduler(HybridConnectorScheduler):
+    """K19: a connector told the deeper full-attention hit of a hybrid whose Mamba state the GPU
+    lost (``supports_divergent_local_hybrid_hits``, vLLM 0.28+) that loads the attention past
+    it and leaves the state out: the request resumes from a state block no load or forward of
+    its own wrote (the plant of tests/vllm/broken_connector.py, the stock connector whose load
+    sees only nulls in the Mamba group)."""
+
+    supports_divergent_local_hybrid_hits = True
+
+    def build_connector_meta(self, out):
+        plan = super().build_connector_meta(out)
+        jobs = []
+        for job in plan.load_jobs:
+            kept = [i for i, group in enumerate(job.chunk_groups) if self.groups[group].kind is not GroupKind.MAMBA]
+            jobs.append(job._replace(**{field: tuple(getattr(job, field)[i] for i in kept) for field in (
+                "gpu_block_ids", "chunk_slots", "chunk_indices", "chunk_groups", "chunk_skips")}))
+        return dataclasses.replace(plan, load_jobs=tuple(jobs))

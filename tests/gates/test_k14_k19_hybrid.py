@@ -2,18 +2,19 @@
 
 The model is ``gpt-oss-tiny``: full attention (group 0) and an 8-token sliding window (group 1);
 block size 4, one block per chunk. A window's blocks behind it go back to the pool while its
-request runs. K18's is ``qwen3-next``: full attention and a Mamba group in align mode (group 1),
-block size 16. K15-K17 need what the engine does not model (catalogue.NO_GATE says what), K19 what
-it does not hand a connector yet (catalogue.VLLM_ONLY).
+request runs. K18's and K19's is ``qwen3-next``: full attention and a Mamba group in align mode
+(group 1), block size 16. K15-K17 need what the engine does not model (catalogue.NO_GATE says what).
 """
 
 from __future__ import annotations
 
 import pytest
-from planted import StaleWindowBlocksScheduler, UnfencedWindowScheduler, UnroundedMambaHitScheduler
+from planted import (StaleWindowBlocksScheduler, StatelessDivergentLoadScheduler, UnfencedWindowScheduler,
+                     UnroundedMambaHitScheduler)
 from story import SCHEDULINGS, TINY, assert_healthy, engine, healthy, poisoned, tokens
 
 from kvoffload.core.fixes import PRESETS, Fixes
+from kvoffload.core.hybrid import HybridConnectorScheduler
 from kvoffload.engine.requests import RequestSpec
 
 
@@ -162,3 +163,77 @@ class TestK18MambaStateAtABoundary:
         record = self.replay(scheduling, connector_class=UnroundedMambaHitScheduler)
         assert record.connector_hit_tokens_admitted == 63
         assert poisoned(record) == [("C", 3, 1)] and record.poisoned[0].group == 1
+
+
+class OptedInScheduler(HybridConnectorScheduler):
+    """The reference, opted in to the deeper full-attention hit of a hybrid (vLLM 0.28+'s
+    ``supports_divergent_local_hybrid_hits``; the reference's own is False, as vLLM's base)."""
+
+    supports_divergent_local_hybrid_hits = True
+
+
+class TestK19DivergentLocalHitsOfAHybrid:
+    """vLLM #43884, #46453, #50454. ``qwen3-next``, block size 16. B0 (P = 48 tokens, + 30) runs;
+    then memory pressure takes all of the GPU cache but P's three attention blocks: the groups'
+    local hits diverge (48 tokens of attention, no Mamba state). vLLM 0.28+ tells only a connector
+    that sets ``supports_divergent_local_hybrid_hits`` the deeper attention hit
+    (``Scheduler._get_local_prefix_cache_hit``, ``get_computed_blocks_for_connector``; the engine
+    follows 0.32); such a connector must bring, with the attention it loads past it, the Mamba
+    state of the boundary it serves (64), or B resumes from a state no forward wrote, and when it
+    finds nothing the engine falls back to the hit every group agrees on. Any other connector is
+    told that agreed hit (none) and serves the whole prefix. B (B0's prompt + 4) gets its 64
+    tokens back, clean."""
+
+    CONFIG = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64)
+
+    def requests(self):
+        prompt = tuple(range(1000, 1048)) + tuple(range(5000, 5030))
+        return [RequestSpec("B0", prompt, tokens(2, 4)),
+                RequestSpec("B", prompt + tuple(range(7000, 7004)), tokens(3, 4), arrival_step=12)]
+
+    def replay(self, scheduling: str, connector_class=None, tier_declines: bool = False):
+        """B0's first three attention blocks, noted while it runs, are all the GPU cache keeps
+        before step 12. ``tier_declines``: the tier takes no store (nothing to serve)."""
+        config = self.CONFIG.replace(scheduling=scheduling)
+        engines, head = [], set()
+
+        def loses_all_but_the_head(next_step: int, finished: int) -> None:
+            live = engines[0].scheduler.live.get("B0")
+            if live is not None and live.tables:
+                head.update(live.tables[0][:3])
+            if next_step == 12:
+                engines[0].pool.uncache_free_blocks(keep=head)
+
+        eng = engine(self.requests(), config, on_step=loses_all_but_the_head, skip_idle=False)
+        engines.append(eng)
+        if connector_class is not None:
+            eng.connector = eng.scheduler.connector = connector_class(config.connector_config(), eng.fixes)
+        if tier_declines:
+            eng.connector.manager.prepare_store = lambda req_id, keys, positions=None: None
+        return eng.run()
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    @pytest.mark.parametrize("opted_in", [False, True])
+    def test_a_hit_the_groups_disagree_on_resumes_from_the_state_it_serves(self, scheduling, opted_in):
+        record = self.replay(scheduling, OptedInScheduler if opted_in else None)
+        assert_healthy(record)
+        assert record.finished_requests == 2
+        # B's first admission (B0 had none): GPU-hit and connector-hit tokens
+        assert (record.gpu_hit_tokens, record.connector_hit_tokens_admitted) == ((48, 16) if opted_in else (0, 64))
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_opted_in_and_served_nothing_b_takes_the_hit_every_group_agrees_on(self, scheduling):
+        """The tier holds nothing: told 48 tokens, the connector adds none, and B computes all of
+        its prompt (the agreed hit, 0) instead of resuming at 48 with no Mamba state."""
+        record = self.replay(scheduling, OptedInScheduler, tier_declines=True)
+        assert_healthy(record)
+        assert (record.gpu_hit_tokens, record.connector_hit_tokens_admitted) == (0, 0)
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_loading_the_attention_without_the_state_is_poisoned(self, scheduling):
+        """The bug planted: opted in, the load carries chunk 3 of full attention and leaves the
+        Mamba state out. B resumes at 64 from a block nothing wrote for it: one poisoned state,
+        group 1, chunk 3, as in vLLM's scheduler (tests/vllm/test_k19_divergent_hits.py)."""
+        record = self.replay(scheduling, StatelessDivergentLoadScheduler)
+        assert (record.gpu_hit_tokens, record.connector_hit_tokens_admitted) == (48, 16)
+        assert poisoned(record) == [("B", 3, 1)] and record.poisoned[0].group == 1

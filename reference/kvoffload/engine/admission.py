@@ -133,17 +133,24 @@ class Admission:
     def _admit_new(self, live: LiveRequest, budget: int) -> tuple[Outcome, int]:
         """A new or preempted request: GPU prefix hit, connector hit, then the allocation."""
         req, bs = live.req, self.config.block_size
-        hybrid = self.scheduler.hybrid
-        if hybrid is not None:
+        hybrid, connector, diverged = self.scheduler.hybrid, self.scheduler.connector, False
+        if hybrid is not None and getattr(connector, "supports_divergent_local_hybrid_hits", False):
+            # Scheduler._get_local_prefix_cache_hit: such a connector is told full attention's hit
+            group_hits, num_local, req.shared_prefix_boundary, diverged = hybrid.prefix_hit_for_connector(live)
+            local_blocks = group_hits[0]
+        elif hybrid is not None:
             group_hits, num_local, req.shared_prefix_boundary = hybrid.prefix_hit(live)
             local_blocks = group_hits[0]
         else:
             local_blocks = self.pool.cached_prefix(req.block_hashes, (req.num_tokens - 1) // bs, live.req_id)
             num_local = len(local_blocks) * bs
         observer = self.scheduler.observer
-        hits, _ = observer.timed(self.scheduler.connector.get_num_new_matched_tokens, req, num_local)
+        hits, _ = observer.timed(connector.get_num_new_matched_tokens, req, num_local)
         if hits is None:
             return Outcome.DEFERRED, 0
+        if diverged and not hits:  # nothing backs the deeper hit's Mamba state: the hit every group agrees on
+            group_hits, num_local, req.shared_prefix_boundary = hybrid.prefix_hit(live)
+            local_blocks = group_hits[0]
         observer.looked_up(req.num_tokens - num_local)
         count = 0 if hits else self.padding.count(req.num_tokens - num_local, num_local,
                                                   min(req.num_tokens - num_local, budget), budget)

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Hashable, Sequence
+from typing import Collection, Hashable, Sequence
 
 from kvoffload.core.types import BlockId
 
@@ -233,13 +233,13 @@ class BlockPool:
         self._hash_of = [None] * self.num_blocks
         return True
 
-    def uncache_free_blocks(self) -> None:
-        """Free blocks lose their hashes (blocks in use keep theirs): memory pressure from
-        elsewhere, for stories that need the offload tier to serve. Not a reset: see
-        :meth:`reset_prefix_cache`."""
+    def uncache_free_blocks(self, keep: Collection[BlockId] = ()) -> None:
+        """Free blocks lose their hashes (blocks in use keep theirs, and those in ``keep``):
+        memory pressure from elsewhere, for stories that need the offload tier to serve. Not a
+        reset: see :meth:`reset_prefix_cache`."""
         for block in self._free:
             old_hash = self._hash_of[block]
-            if old_hash is not None:
+            if old_hash is not None and block not in keep:
                 self._uncache(block, old_hash)
 
     def _uncache(self, block: BlockId, block_hash: bytes) -> None:

@@ -94,6 +94,31 @@ class HybridKV:
         del full[cdiv(length, bs):]
         return hits, length, longest if longest > length else 0
 
+    def prefix_hit_for_connector(self, live: LiveRequest) -> tuple[Tables, int, int, bool]:
+        """``get_computed_blocks_for_connector`` (vLLM 0.28+, asked for a connector that sets
+        ``supports_divergent_local_hybrid_hits``): with a Mamba group, each group's hit found on
+        its own (``find_longest_cache_hit_per_group``, at most ``num_tokens - 1``) and full
+        attention's the local hit, even where another group's is shorter: the last value says so
+        (diverged), and only the connector can bring the Mamba state at the hit's end. A group
+        hitting deeper than full attention, or a model without a Mamba group, takes the hit every
+        group agrees on (:meth:`prefix_hit`). No junction: per-group lookups cannot see one."""
+        if not self.mamba:
+            return (*self.prefix_hit(live), False)
+        hashes, bs, max_length = live.req.block_hashes, self.block_size, live.req.num_tokens - 1
+        hits: Tables = [[] for _ in self.groups]
+        for block_hash in hashes[:max_length // bs]:
+            block = self.pool.cached_block(block_hash)
+            if block is None:
+                break
+            hits[0].append(block)
+        for g in self.others:
+            rows = self.mamba.get(g)
+            hits[g] = self._window_hit(g, hashes, max_length) if rows is None else rows.hit(hashes, max_length)
+        lengths = [len(hit) * bs for hit in hits]
+        if max(lengths) > lengths[0]:  # full attention's blocks were evicted: the agreed hit
+            return (*self.prefix_hit(live), False)
+        return hits, lengths[0], 0, min(lengths) < lengths[0]
+
     def _window_hit(self, g: int, hashes: Sequence[bytes], max_length: int) -> list[BlockId]:
         """SlidingWindowManager.find_longest_cache_hit: from the right, the last run of the blocks
         a window needs; the blocks before it are null. Short of a whole run, the run from block 0."""

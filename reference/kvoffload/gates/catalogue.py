@@ -50,8 +50,6 @@ COVERED_BY: dict[str, str] = {
 VLLM_ONLY: dict[str, str] = {
     "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
            "peer); the simulator runs one connector per engine",
-    "K19": "per-group local hits diverge only with a Mamba group (vLLM's get_computed_blocks_for_connector), "
-           "and the simulator hands a connector only the agreed hit (no opt-in divergent path yet)",
 }
 
 # Needs something this project does not model: one line each, no test that cannot fail.
