@@ -53,6 +53,23 @@ def compare(name: str, scheduling: str, settings: dict[str, str], stock: bool = 
     return [spec.req_id for spec in workload.requests], sim_side, vllm_side, stock_admissions
 
 
+def compare_opted_in(name: str, scheduling: str, settings: dict[str, str], *, on_step=None):
+    """:func:`compare` with the reference opted in to a hybrid's divergent local hits
+    (``supports_divergent_local_hybrid_hits``, vLLM 0.28+) in both engines: its scheduler side
+    in the simulator, its connector in vLLM's scheduler; the classes are restored after."""
+    from kvoffload.core.hybrid import HybridConnectorScheduler
+    from kvoffload.vllm.connector import KVOffloadConnector
+
+    classes = (HybridConnectorScheduler, KVOffloadConnector)
+    for cls in classes:
+        cls.supports_divergent_local_hybrid_hits = True
+    try:
+        return compare(name, scheduling, settings, on_step=on_step)
+    finally:
+        for cls in classes:
+            del cls.supports_divergent_local_hybrid_hits
+
+
 def store_delays(requests, engine, *, on_step=None) -> tuple[list[int], list[int]]:
     """The store submission delays, in submission order, of ``requests`` through the simulator
     and through vLLM's scheduler (the reference connector)."""

@@ -38,11 +38,12 @@ pytestmark = pytest.mark.vllm
 sys.path.insert(0, str(Path(__file__).parent))  # differential.py: the child interpreter imports it by name
 sys.path[1:1] = [str(Path(__file__).parents[1] / "engine"), str(Path(__file__).parents[1] / "gates")]  # readmitted.py
 
-from differential import compare, store_delays  # noqa: E402
+from differential import compare, compare_opted_in, store_delays  # noqa: E402
 from readmitted import READMITTED, readmitted_requests  # noqa: E402
 
 from kvoffload.engine.set_order import HASH_SEED  # noqa: E402
 from kvoffload.metrics import MEASURED_METRICS  # noqa: E402
+from kvoffload.vllm.compat import RELEASE  # noqa: E402
 from kvoffload.vllm.pinned import call_pinned  # noqa: E402
 
 TARGET = 0.99
@@ -160,6 +161,24 @@ def test_simulator_and_vllm_scheduler_agree_per_request(name, scheduling):
         differ = [(r, sim.per_request[r][0], stock.get(r)) for r in ids
                   if r in stock and sim.per_request[r][0] != stock[r]]
         assert differ == [], f"vLLM's own connector admits differently: {differ[:3]}"
+
+
+@pytest.mark.skipif(RELEASE < (0, 28, 0), reason="vLLM 0.28 reads the connector's opt-in")
+def test_a_connector_opted_in_to_divergent_hits_is_admitted_alike_in_both_engines():
+    """The reference opted in to a hybrid's divergent local hits (vLLM 0.28+,
+    ``Scheduler._get_local_prefix_cache_hit``): told full attention's hit where the Mamba state
+    was evicted (13 preemptions here), and the hit every group agrees on when it adds nothing.
+    Both engines admit every request alike, step by step, and count the same GPU hit: the one
+    admitted after that reconciliation, not the one the lookup was told (vLLM's side counted the
+    latter, 1,216 GPU-hit tokens against 592, before ``AdmissionLedger._watch_agreed_hits``)."""
+    settings = {"model": "qwen3-next"}
+    ids, sim, real, _ = call_pinned(compare_opted_in, "shared-prefix-small", "sync", settings)
+    assert sim.crash is None and real.crash is None
+    assert [r for r in ids if sim.per_request[r] != real.per_request[r]] == []
+    assert sim.steps == real.steps
+    assert sim.totals == real.totals
+    _, plain, _, _ = call_pinned(compare, "shared-prefix-small", "sync", settings)
+    assert plain.totals[1:3] != sim.totals[1:3], "opting in changed no admission: the story lost its divergent hits"
 
 
 @pytest.mark.vllm_on_demand  # scripts/vllm-on-demand; the main suite's story pins the observer's rule

@@ -148,10 +148,10 @@ class Admission:
         hits, _ = observer.timed(connector.get_num_new_matched_tokens, req, num_local)
         if hits is None:
             return Outcome.DEFERRED, 0
+        observer.looked_up(req.num_tokens - num_local)  # what the connector was asked about
         if diverged and not hits:  # nothing backs the deeper hit's Mamba state: the hit every group agrees on
             group_hits, num_local, req.shared_prefix_boundary = hybrid.prefix_hit(live)
             local_blocks = group_hits[0]
-        observer.looked_up(req.num_tokens - num_local)
         count = 0 if hits else self.padding.count(req.num_tokens - num_local, num_local,
                                                   min(req.num_tokens - num_local, budget), budget)
         if count is None:  # spec decode: its padded step does not fit the budget

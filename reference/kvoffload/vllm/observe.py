@@ -47,8 +47,12 @@ class AdmissionLedger:
         self._local_at_lookup: dict[str, int] = {}
         self._parent_end: dict[str, tuple[int, tuple[int, ...]]] = {}  # last fully-written chunk end, truth
 
-    def attach(self, connector) -> None:
-        """Observe the connector's lookup and after-alloc calls (outside any timing wrapper)."""
+    def attach(self, connector, kv_cache_manager=None) -> None:
+        """Observe the connector's lookup and after-alloc calls (outside any timing wrapper), and
+        with ``kv_cache_manager`` the hit the scheduler settles on after the lookup
+        (:meth:`_watch_agreed_hits`)."""
+        if kv_cache_manager is not None:
+            self._watch_agreed_hits(kv_cache_manager)
         lookup, after_alloc = connector.get_num_new_matched_tokens, connector.update_state_after_alloc
 
         def observed_lookup(request, num_computed_tokens, *args, **kwargs):
@@ -67,6 +71,22 @@ class AdmissionLedger:
 
         connector.get_num_new_matched_tokens = observed_lookup
         connector.update_state_after_alloc = observed_alloc
+
+    def _watch_agreed_hits(self, manager) -> None:
+        """A hybrid's groups can hit to different depths. vLLM 0.27 tells every connector the
+        deeper hit (``get_computed_blocks_for_connector``), 0.28+ one that sets
+        ``supports_divergent_local_hybrid_hits``; when the connector then adds nothing, the
+        scheduler asks ``get_computed_blocks`` again after the lookup and admits the hit every
+        group agrees on (``Scheduler.schedule``, "Reconcile to the boundary every group agrees
+        on"). That second answer is the GPU hit admitted, not what the lookup was told."""
+        computed = manager.get_computed_blocks
+
+        def observed(request, *args, **kwargs):
+            result = computed(request, *args, **kwargs)
+            if request.request_id in self._local_at_lookup:  # after this admission's lookup
+                self._local_at_lookup[request.request_id] = result[1]
+            return result
+        manager.get_computed_blocks = observed
 
     def _admitted(self, request, num_external: int) -> None:
         req_id = request.request_id

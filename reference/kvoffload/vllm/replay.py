@@ -120,7 +120,8 @@ class VllmSchedulerReplay(FakeWorker):
         connector = self.scheduler.connector
         timed_methods(connector, SCHEDULER_CALLS, self._timings)
         timed_methods(self.worker, WORKER_CALLS, self._timings)
-        self.ledger.attach(connector)  # outside the timing: its own cost is not the connector's
+        # outside the timing: its own cost is not the connector's
+        self.ledger.attach(connector, self.scheduler.kv_cache_manager)
         bound_methods(connector, SCHEDULER_CALLS, self.bound.calls)  # which call a hang is in
         bound_methods(self.worker, WORKER_CALLS, self.bound.calls)
         self.store_delays = StoreSubmitDelays(engine.block_size, self.record)
