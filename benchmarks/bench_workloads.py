@@ -46,8 +46,10 @@ WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
 CONNECTORS = ["reference", *PRESETS]  # the reference, then every vLLM preset (core/fixes.py)
 # The tracked workloads, in full: kvoffload.workloads.bundled's list, written out (benchmarks/record
 # runs this suite against commits whose package has no such module; a test keeps the two equal).
-# The hybrid ones (gpt-oss: full attention + a sliding window) replay their dense twins' requests.
-WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode", "gpt-oss-multi-turn", "gpt-oss-spec-decode")
+# The hybrid ones (gpt-oss: full attention + a sliding window; qwen3-next: full attention + Mamba)
+# replay their dense twins' requests.
+WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode", "gpt-oss-multi-turn", "gpt-oss-spec-decode",
+             "qwen3-next-multi-turn")
 # Replays per connector of each -small workload for the measured tracks: five samples give
 # quartiles; the 75 replays of the -small workloads cost a fraction of the 15 full ones
 # (benchmarks/README.md, "History").
@@ -169,6 +171,20 @@ def tracked_metrics(metrics: dict) -> dict[str, float | None]:
     return {track.name: FORMS[track.form](metrics.get(track.metric)) for track in TRACKS}
 
 
+def refusals(workload_name: str, connectors: list[str]) -> dict[str, str]:
+    """{connector: why} for the presets whose release cannot replay the workload's model
+    (``Fixes.check_model``: vLLM 0.25-0.28 on a Mamba group)."""
+    from kvoffload.workloads import load_workload
+
+    model, refused = load_workload(workload_spec(workload_name)).engine.kv_model, {}
+    for label in connectors:
+        try:
+            connector_choice(label).fixes.check_model(model)
+        except ValueError as error:  # ConfigError
+            refused[label] = str(error)
+    return refused
+
+
 def replay_connectors(workload_name: str, connectors: list[str]) -> dict[str, dict[str, float | None]]:
     """Replay one workload through each connector configuration: {connector: tracked metrics}."""
     from kvoffload.runner import replay_workload
@@ -199,25 +215,34 @@ def replay_suite(tracked: dict[str, str], measured: dict[str, str], repeat: int)
     ``tracked``: {workload kind: definition replayed once per connector}; ``measured``: {kind:
     definition replayed ``repeat`` times per connector}. Returns ``{"tracks": {kind: {connector:
     tracked metrics}}, "samples": {kind: {connector: {measured track: [samples]}}}, "errors":
-    {kind: reason}}``. The full replays run first, so the measured ones find the process warm
-    (imports done, code paths taken). A workload this commit's package cannot replay is one
-    error for that workload's tracks; the other workloads are still recorded.
+    {kind: reason}, "refused": {"kind/connector": reason}}``. The full replays run first, so the
+    measured ones find the process warm (imports done, code paths taken). A workload this commit's
+    package cannot replay is one error for that workload's tracks; the other workloads are still
+    recorded. A connector refusing a workload's model (``refusals``) skips it (``_skip_refused``).
     """
-    found: dict = {"tracks": {}, "samples": {}, "errors": {}}
+    found: dict = {"tracks": {}, "samples": {}, "errors": {}, "refused": {}}
+    runnable: dict[str, list[str]] = {}
+    for kind, name in {**measured, **tracked}.items():
+        try:
+            refused = refusals(name, CONNECTORS)
+        except Exception:  # a workload the package cannot read: its replay below says why
+            refused = {}
+        runnable[kind] = [label for label in CONNECTORS if label not in refused]
+        found["refused"].update({f"{kind}/{label}": reason for label, reason in refused.items()})
     for kind, name in tracked.items():
         try:
-            found["tracks"][kind] = replay_connectors(name, CONNECTORS)
+            found["tracks"][kind] = replay_connectors(name, runnable[kind])
         except Exception as error:  # an old commit's package: asv shows the tracks as failed
             found["errors"][f"Track {kind}"] = f"{name}: {type(error).__name__}: {error}"
     measured_names = [track.name for track in TRACKS if track.measured]
     for kind, name in measured.items():
         try:
-            rounds = sample_connectors(name, CONNECTORS, repeat)
+            rounds = sample_connectors(name, runnable[kind], repeat)
         except Exception as error:
             found["errors"][f"Measure {kind}"] = f"{name}: {type(error).__name__}: {error}"
             continue
         found["samples"][kind] = {label: {track: [tracked[label][track] for tracked in rounds]
-                                          for track in measured_names} for label in CONNECTORS}
+                                          for track in measured_names} for label in runnable[kind]}
     return found
 
 
@@ -227,6 +252,14 @@ def _replay_every_workload(self):
     imported and warmed once, and the measured replays follow the full ones in a warm process."""
     return replay_suite({kind: kind for kind in WORKLOADS}, {kind: f"{kind}-small" for kind in WORKLOADS},
                         MEASURE_REPEAT)
+
+
+def _skip_refused(self, cache, connector):
+    """asv's setup: a connector that refuses the workload's model (``refusals``) skips this
+    benchmark for that parameter (asv records n/a, naming the reason in its log)."""
+    reason = cache.get("refused", {}).get(f"{self.workload}/{connector}")
+    if reason is not None:
+        raise NotImplementedError(reason)
 
 
 def _checked(cache: dict, role: str, workload: str) -> None:
@@ -278,6 +311,7 @@ class _ReplayTracks:
     # small ones in one process (the full replays of 22ea7cf took 653 s on 2 cores at load 12-28)
     timeout = 3600
     setup_cache = _replay_every_workload
+    setup = _skip_refused
 
 
 class _MeasureTracks:
@@ -288,6 +322,7 @@ class _MeasureTracks:
     param_names = ["connector"]
     timeout = 3600
     setup_cache = _replay_every_workload
+    setup = _skip_refused
 
 
 for _track in TRACKS:
@@ -318,6 +353,10 @@ class TrackGptOssSpecDecode(_ReplayTracks):
     workload = "gpt-oss-spec-decode"
 
 
+class TrackQwen3NextMultiTurn(_ReplayTracks):
+    workload = "qwen3-next-multi-turn"
+
+
 class MeasureSharedPrefix(_MeasureTracks):
     workload = "shared-prefix"
 
@@ -336,6 +375,10 @@ class MeasureGptOssMultiTurn(_MeasureTracks):
 
 class MeasureGptOssSpecDecode(_MeasureTracks):
     workload = "gpt-oss-spec-decode"
+
+
+class MeasureQwen3NextMultiTurn(_MeasureTracks):
+    workload = "qwen3-next-multi-turn"
 
 
 class GenerateWorkload:

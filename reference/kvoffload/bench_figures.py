@@ -96,7 +96,11 @@ def at_a_glance_markdown(summary: dict, commit: str, date: str) -> str:
                          f"{format_value(name, worst[3])} ({format_value(name, worst[2])}, {worst[1]})")
         lines.append(f"| `{label}` ({preset.release}) | " + " | ".join(cells) + " |")
     lines.append("")
+    refused: dict[str, list[str]] = {}  # a preset whose release cannot replay a workload's model
+    for row in summary.get("refused", ()):
+        refused.setdefault(row["workload"], []).append(f"`{row['connector']}`")
     lines.append(f"Each cell: the preset's value where it falls furthest behind the reference, with the "
-                 f"reference's value and the workload; \"=\": never behind on {', '.join(workloads)}. "
-                 f"`kvoffload bench` at commit {commit[:7]} ({date}), `results/runs/bench-summary.json`.")
+                 f"reference's value and the workload; \"=\": never behind on {', '.join(workloads)}"
+                 + "".join(f" ({' and '.join(labels)} refuse {workload}: no row)" for workload, labels in refused.items())
+                 + f". `kvoffload bench` at commit {commit[:7]} ({date}), `results/runs/bench-summary.json`.")
     return "\n".join(lines)

@@ -42,6 +42,7 @@ from typing import Callable, Iterable
 
 from kvoffload import gate_counts
 from kvoffload.core.fixes import PRESETS, ablation
+from kvoffload.core.types import ConfigError
 from kvoffload.choice import ConnectorChoice
 from kvoffload.gate_baseline import BASELINE, SCHEMA, number as _number, read_baseline, write_baseline
 from kvoffload.gate_signatures import MUST_BE_ZERO, collect_signatures, looks_like, poisoned_cells, replay_command
@@ -92,11 +93,14 @@ def collect(repeats: int = 1) -> dict:
     """
     deterministic: dict[str, float | None] = {}
     measured: dict[str, list[float]] = {}
+    refused = refused_runs()
     for name in WORKLOADS:
         workload = load_workload(name)
         for preset in CONNECTORS:
             choice = ConnectorChoice.build(preset)
             run = f"{name}/{choice.label}"
+            if run in refused:
+                continue
             for repeat in range(repeats):
                 metrics = replay_workload(workload, choice).result["metrics"]
                 for metric in DETERMINISTIC:
@@ -110,6 +114,22 @@ def collect(repeats: int = 1) -> dict:
                     if value is not None:
                         measured.setdefault(f"{run}/{metric}", []).append(value)
     return {"deterministic": deterministic, "measured": measured}
+
+
+def refused_runs() -> dict[str, str]:
+    """{``workload/connector``: why} for the gate runs a preset refuses, having no numbers on either
+    side: its release's rules cannot replay the workload's model (``Fixes.check_model``; the
+    presets of vLLM 0.25-0.28 on a Mamba group, docs/hybrid.md)."""
+    refused = {}
+    for name in WORKLOADS:
+        model = load_workload(name).engine.kv_model
+        for preset in CONNECTORS:
+            choice = ConnectorChoice.build(preset)
+            try:
+                choice.fixes.check_model(model)
+            except ConfigError as error:
+                refused[f"{name}/{choice.label}"] = str(error)
+    return refused
 
 
 def ablation_metrics(workload: str, flag: str) -> dict[str, float | None]:
@@ -291,6 +311,8 @@ def run_gate(*, baseline: str | None, update: bool, strict: bool, machine: str |
     echo(head)
     echo(f"deterministic: {len(collected['deterministic'])} numbers over {len(WORKLOADS)} workloads x "
          f"{len(CONNECTORS)} connectors; {len(moved)} moved, new or missing")
+    for run, reason in refused_runs().items():
+        echo(f"  {run}: refused, no numbers ({reason})")
     if moved:
         echo(format_table(moved))
         echo("\nreplay each moved run (kvoffload compare its result with the same run of the baseline's commit):")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvoffload.core.fixes import PRESETS, Fixes
+from kvoffload.core.types import ConfigError
 from kvoffload.metrics import MEASURED_METRICS, MODEL_METRICS, compute_metrics, same_value
 from kvoffload.workloads import load_workload
 from kvoffload.workloads.bundled import DENSE_WORKLOADS, HYBRID_WORKLOADS, small
@@ -71,6 +72,7 @@ class SimulatorRow:
     first_admission: dict[str, list[int]]
     # request -> [the step of its first admission, the step it finished] (None: not reached)
     steps: dict[str, list[int | None]] = field(default_factory=dict)
+    refused: str | None = None  # why the preset cannot replay the workload's model (Fixes.check_model)
 
 
 def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> SimulatorRow:
@@ -78,8 +80,12 @@ def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> Si
     from kvoffload.engine.engine import Engine
 
     workload = load_workload(workload_name, {"scheduling": scheduling})
-    engine = Engine(workload.requests, workload.engine, Fixes.preset(preset) if preset else Fixes(),
-                    reset_cache_at=workload.reset_cache_at)
+    fixes = Fixes.preset(preset) if preset else Fixes()
+    try:  # vLLM 0.25-0.28's presets on a Mamba group: a row with the release's side only
+        fixes.check_model(workload.engine.kv_model)
+    except ConfigError as error:
+        return SimulatorRow({}, None, {}, refused=str(error))
+    engine = Engine(workload.requests, workload.engine, fixes, reset_cache_at=workload.reset_cache_at)
     steps: dict[str, list[int | None]] = {}
     first = _observe_first_admissions(engine.connector, lambda: engine.observer.step, steps)
     finished = engine.feed.parent_finished  # the engine tells the feed of every finish, with its step
@@ -125,6 +131,14 @@ def compare(release_row: dict, simulated: SimulatorRow) -> dict:
     if "setup_error" in release_row:
         row["setup_error"] = release_row["setup_error"]
         return row
+    if simulated.refused is not None:  # nothing to compare with: the release's side, and why
+        real = release_row["first_admission"]
+        return {**row, "preset_refused": simulated.refused,
+                "release": {"metrics": release_row["metrics"], "error": release_row["error"],
+                            "leaked": release_row["leaked"], "seconds": release_row.get("seconds")},
+                "preset": {"metrics": {}, "error": None}, "release_requests": len(real),
+                "totals": {"release": {"gpu_hit_tokens": sum(hits[0] for hits in real.values()),
+                                       "connector_hit_tokens": sum(hits[1] for hits in real.values())}}}
     real, sim = release_row["first_admission"], simulated.first_admission
     ids = sorted(set(real) | set(sim))
     differing = [req_id for req_id in ids if real.get(req_id) != sim.get(req_id)]
@@ -183,7 +197,8 @@ def differing_metrics(release: dict, preset: dict) -> list[str]:
 def needs_second_pass(row: dict) -> bool:
     """A row whose release and preset differ anywhere: a request, a total, a zero-metric, a crash
     or a deterministic metric (e.g. the offload hit rate of an extra lookup after preemption)."""
-    return "setup_error" not in row and (not row["agree"] or bool(row.get("differing_metrics")))
+    return ("setup_error" not in row and "preset_refused" not in row
+            and (not row["agree"] or bool(row.get("differing_metrics"))))
 
 
 def preset_inside(release_row: dict, preset_row: dict) -> dict:
@@ -227,6 +242,9 @@ def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> 
             if "setup_error" in row:
                 lines.append(f"{head} setup failed: {row['setup_error']} |" + " |" * 10)
                 continue
+            if "preset_refused" in row:
+                lines.append(head + " " + " | ".join(_release_side(row)) + " |")
+                continue
             real, sim = row["release"]["metrics"], row["preset"]["metrics"]
             totals = row["totals"]
             cells = [agreement(row),
@@ -245,6 +263,21 @@ def releases_markdown(table: dict, workloads: tuple[str, ...] | None = None) -> 
     return "\n".join(lines)
 
 
+def _release_side(row: dict) -> list[str]:
+    """A row whose preset refused the workload's model: the release's own figures, then why."""
+    from kvoffload.metrics import format_value
+
+    real, totals = row["release"]["metrics"], row["totals"]["release"]
+    cells = [f"{row['release_requests']} requests, the preset refused",
+             *(format_value("requests", totals[key]) for key in ("gpu_hit_tokens", "connector_hit_tokens")),
+             *(format_value(name, real.get(name)) for name in ("poisoned_loads", "crashes", "leaked_requests",
+                                                               "last_block_hit_rate", "offload_hit_rate")),
+             " · ".join(format_value(name, real.get(name)) for name in ("store_submit_delay_steps_p50",
+                                                                       "store_submit_delay_steps_p99")),
+             f"{format_us(real.get('connector_us_per_step'))} / -"]
+    return cells + [f"refused: {row['preset_refused']}"]
+
+
 def agreement(row: dict) -> str:
     """Requests agreeing on first-admission hits, on the step of that admission, on the step they
     finished, each out of the requests either side admitted (finished): "53/53 · 27/53 · 53/53";
@@ -261,6 +294,8 @@ def _second_pass(row: dict) -> str:
     inside = row.get("preset_in_release_scheduler")
     if inside is None:
         return "not run" if needs_second_pass(row) else "-"
+    if "setup_error" in inside:  # e.g. the reference on a Mamba group in vLLM 0.25-0.28's scheduler
+        return f"not run: {inside['setup_error']}"
     if inside["agree"] and not inside.get("differing_metrics"):
         return "= (all " + str(inside["requests"]) + ")"
     differs = ", ".join(inside.get("differing_metrics") or ())

@@ -74,7 +74,8 @@ def _readme_tables():
     return readme_tables
 
 
-@pytest.mark.parametrize("table", ["at-a-glance", "fix-flags", "fix-moves", "metrics", "releases", "releases-full"])
+@pytest.mark.parametrize("table", ["at-a-glance", "fix-flags", "fix-moves", "metrics", "releases", "releases-full",
+                                   "releases-hybrid"])
 def test_the_readme_tables_are_what_the_code_generates(table):
     """Each generated table of the README and the docs pages equals what its owner generates now
     (the code's lists, the committed bench summary and release table)."""

@@ -108,8 +108,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     check_output_file("--out-dir", summary, create_parents=True, kind=SUMMARY_SCHEMA)
     rows, findings = [], {}
     started = time.perf_counter()
-    refused = []
+    refused, refusals, refused_at = [], [], []
     for index, (workload, engine, choice, path) in enumerate(plan):
+        reason = model_refusal(choice, workload)
+        if reason is not None:  # a preset of a release that cannot run the model: a row, refused
+            refusals.append({"workload": workload.name, "connector": choice.label, "reason": reason})
+            refused.append(f"{workload.name} [{choice.label}] refused: {reason}")
+            refused_at.append(len(rows))  # its place among the runs, for the table
+            continue
         try:
             outcome = replay(workload, choice, quiet=args.quiet, position=f"({index + 1}/{len(plan)}) ", engine=engine,
                              step_bound_s=args.step_timeout)
@@ -125,8 +131,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     write_atomic(summary, {
         "schema": SUMMARY_SCHEMA, "seconds": round(elapsed, 1),
-        "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f} for w, c, m, f in rows]})
-    print(_bench_table(rows))
+        "rows": [{"workload": w, "connector": c, "metrics": m, "failed": f} for w, c, m, f in rows],
+        "refused": refusals})
+    print(_bench_table(rows, zip(refused_at, refusals)))
     lines = refused + bench_findings(findings)
     if lines:
         print("\n" + "\n".join(lines))
@@ -136,6 +143,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if three_way:
         print(report_hint(out_dir, args.engine))
     return int(any(outcome.failed for choice, outcome in findings.values() if choice in extra))
+
+
+def model_refusal(choice, workload) -> str | None:
+    """Why the choice's release rules cannot replay the workload's model (``Fixes.check_model``:
+    the presets of vLLM 0.25-0.28 on a Mamba group, docs/hybrid.md), None when they can."""
+    try:
+        choice.fixes.check_model(workload.engine.kv_model)
+    except ConfigError as error:
+        return str(error)
+    return None
 
 
 def bench_findings(findings: dict) -> list[str]:
@@ -153,9 +170,14 @@ def bench_findings(findings: dict) -> list[str]:
     return lines
 
 
-def _bench_table(rows) -> str:
+def _bench_table(rows, refusals=()) -> str:
+    """One line per run, in the plan's order; a refused row ((runs before it, its refusal)) in its
+    place too, "refused" and no figures (the reasons are printed under the table)."""
     headers = ["workload", "connector"] + [SHORT_NAMES[name] for name in TABLE_METRICS]
     body = [[w, c] + [format_value(name, m.get(name)) for name in TABLE_METRICS] for w, c, m, _ in rows]
+    for inserted, (at, refusal) in enumerate(refusals):
+        body.insert(at + inserted, [refusal["workload"], refusal["connector"], "refused"]
+                    + [""] * (len(TABLE_METRICS) - 1))
     widths = [max(len(str(row[i])) for row in [headers] + body) for i in range(len(headers))]
     lines = ["  ".join(h.ljust(widths[i]) if i < 2 else h.rjust(widths[i]) for i, h in enumerate(headers))]
     lines.append("  ".join("-" * w for w in widths))

@@ -129,8 +129,9 @@ def _cmd_releases(args: argparse.Namespace) -> int:
             by_job = {(row["workload"], row["scheduling"]): row for row in inside}
             for row, real in zip(compared, rows):
                 ours = by_job.get((row["workload"], row["scheduling"]))
-                if ours is not None and "setup_error" not in ours and "setup_error" not in real:
-                    row["preset_in_release_scheduler"] = preset_inside(real, ours)
+                if ours is not None and "setup_error" not in real:  # a refused one says why
+                    row["preset_in_release_scheduler"] = ({"setup_error": ours["setup_error"]}
+                                                          if "setup_error" in ours else preset_inside(real, ours))
         entries.append({"release": release, "preset": preset_label(release), "seconds": round(seconds, 1),
                         "rows": compared})
         print(_table([entries[-1]]), flush=True)
@@ -240,6 +241,10 @@ def _table(entries: list[dict]) -> str:
             if "setup_error" in row:
                 lines.append(f"  {row['workload']:<20} {row['scheduling']:<5} setup failed: {row['setup_error']}")
                 continue
+            if "preset_refused" in row:
+                lines.append(f"  {row['workload']:<20} {row['scheduling']:<5} the release's row only; "
+                             f"{entry['preset']} refused: {row['preset_refused']}")
+                continue
             totals, zero = row["totals"], row["zero_metrics"]
             real, sim = row["release"]["metrics"], row["preset"]["metrics"]
 
@@ -258,7 +263,10 @@ def _table(entries: list[dict]) -> str:
             if row.get("differing_metrics"):
                 lines.append(f"      metrics that differ: {', '.join(row['differing_metrics'])}")
             inside = row.get("preset_in_release_scheduler")
-            if inside:
+            if inside and "setup_error" in inside:
+                lines.append(f"      the preset in vLLM {entry['release']}'s own scheduler: not run: "
+                             f"{inside['setup_error']}")
+            elif inside:
                 same = inside["agree"] and not inside.get("differing_metrics")
                 lines.append(f"      the preset in vLLM {entry['release']}'s own scheduler: {inside['agreeing']}/"
                              f"{inside['requests']} requests as the release's stock connector"

@@ -1,0 +1,40 @@
+"""kvoffload gate on a workload a preset refuses: the presets of vLLM 0.25-0.28 cannot replay a
+Mamba group (``Fixes.check_model``, docs/hybrid.md), so the gate runs of qwen3-next-multi-turn-small
+with vllm-0.25 and vllm-0.26 have no numbers on either side, and the gate says so, with the reason,
+rather than crash or drop them unsaid."""
+
+from __future__ import annotations
+
+import json
+
+from kvoffload import gate
+from kvoffload.cli import main
+from kvoffload.gate_baseline import write_baseline
+
+REASON = "stored Mamba states from the block table"
+
+
+def test_the_gate_refuses_exactly_the_presets_that_cannot_replay_a_mamba_group():
+    refused = gate.refused_runs()
+    assert sorted(refused) == ["qwen3-next-multi-turn-small/vllm-0.25", "qwen3-next-multi-turn-small/vllm-0.26"]
+    assert all(REASON in reason for reason in refused.values())
+
+
+def test_refused_runs_have_no_numbers_and_the_gate_names_them(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(gate, "WORKLOADS", ("qwen3-next-multi-turn-small",))
+    monkeypatch.setattr(gate, "CONNECTORS", (None, "vllm-0.25", "vllm-0.29"))
+    collected = gate.collect(1)
+    assert {key.rsplit("/", 1)[0] for key in collected["deterministic"]} == {
+        "qwen3-next-multi-turn-small/reference", "qwen3-next-multi-turn-small/vllm-0.29"}
+    path = tmp_path / "baseline.json"
+    write_baseline(path, gate.baseline_document(collected, "m1", "abc"))
+    assert main(["gate", "--baseline", str(path), "--machine", "m2"]) == 0
+    out = capsys.readouterr().out
+    assert f"qwen3-next-multi-turn-small/vllm-0.25: refused, no numbers (model 'qwen3-next': this preset's " \
+           f"release {REASON}" in out
+    assert "vllm-0.29: refused" not in out and "kvoffload gate: pass" in out
+    # a refused run that the baseline holds numbers for (a rule that changed) is missing: it fails
+    document = json.loads(path.read_text())
+    document["deterministic"]["qwen3-next-multi-turn-small/vllm-0.25/steps"] = 300.0
+    write_baseline(path, document)
+    assert main(["gate", "--baseline", str(path), "--machine", "m2"]) == 1
