@@ -138,6 +138,8 @@ def test_the_simulators_row_records_each_requests_steps():
 
 def test_a_release_without_its_venv_is_one_line_naming_the_setup_command(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    # no venv here nor in the checkout whose code runs (this checkout may hold 0.29.0's)
+    monkeypatch.setattr(releases_cli, "CHECKOUT", tmp_path)
     code = main(["releases", "--release", "0.29.0", "--out", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
