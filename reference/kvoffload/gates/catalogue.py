@@ -50,6 +50,8 @@ COVERED_BY: dict[str, str] = {
 VLLM_ONLY: dict[str, str] = {
     "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
            "peer); the simulator runs one connector per engine",
+    "K17": "needs vLLM's EAGLE/MTP speculative config (the connector reads use_eagle() and each group's "
+           "is_eagle_group); the simulator's drafts are n-gram, with no drafter config",
 }
 
 # Needs something this project does not model: one line each, no test that cannot fail.
@@ -65,5 +67,4 @@ NO_GATE: dict[str, str] = {
            "most cdiv(window, block) pending window blocks, within window_chunks * blocks_per_chunk. Only groups "
            "of different block sizes (vLLM's for layers of different page sizes) end one inside a window block, "
            "and the replay gives every group one block size",
-    "K17": "drafter (EAGLE/MTP) KV groups are not modelled: the engines' drafter is n-gram, with no KV",
 }

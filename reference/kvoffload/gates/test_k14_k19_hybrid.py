@@ -3,8 +3,8 @@ connector named by ``--kv-connector``.
 
 The model is ``gpt-oss-tiny`` (``kvoffload.core.model``): full attention and an 8-token sliding
 window, block size 4, one block per chunk; vLLM's scheduler frees a window's blocks behind it
-while the request runs; K18's and K19's is ``qwen3-next`` (full attention and Mamba). K15-K17 skip
-with the catalogue's reason (what the suite does not model).
+while the request runs; K17's, K18's and K19's is ``qwen3-next`` (full attention and Mamba). K15
+and K16 skip with the catalogue's reason (what the suite does not model).
 """
 
 from __future__ import annotations
@@ -105,8 +105,36 @@ class TestK14WindowBlockFencedWhileItsStoreWaits:
 
 TestK15SlidingWindowHorizon = _not_modelled("K15")
 TestK16UnalignedSlidingWindowLoad = _not_modelled("K16")
-TestK17DrafterGroupsOnHybrids = _not_modelled("K17")
 MAMBA = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64)
+
+
+class TestK17DrafterGroupsOnHybrids:
+    """vLLM #52735 (PRs #52771, #52807; fixed in 0.30.0). ``qwen3-next`` with an EAGLE drafter
+    (``vllm/build.py``, ``eagle_drafter``) and, as for a shared-group MTP model, no KV cache group
+    flagged a drafter: vLLM 0.25-0.29's connector then took every group for one
+    (``SchedulerOffloadConfig.from_spec``); a drafter group drops its trailing chunk from a
+    lookup, the Mamba group's servable window is one chunk, so every hit was 0 while the stores
+    looked healthy. B (P = 64 tokens, + 6): under EAGLE vLLM's scheduler checkpoints the Mamba
+    state one block early, at 48 (``_mamba_block_aligned_split``). C = P + 4, after the GPU cache
+    forgot B, must get those 48 tokens back (docs/hybrid.md, "Gates")."""
+
+    def test_a_drafter_config_leaves_the_mamba_group_its_hit(self, kv_connector):
+        from kvoffload.core.types import ConfigError
+        from kvoffload.vllm.build import eagle_drafter
+        from kvoffload.vllm.foreign import family_of
+
+        p = tuple(range(1000, 1064))
+        requests = [RequestSpec("B", p + tuple(range(5000, 5006)), tokens(2, 4)),
+                    RequestSpec("C", p + tuple(range(6000, 6004)), tokens(3, 4), arrival_step=12)]
+        try:
+            with eagle_drafter(1):
+                record, _ = replay(kv_connector, requests, MAMBA, forget_gpu_cache_before=(12,))
+        except ConfigError as error:
+            pytest.skip(f"cannot run a Mamba group with a drafter: {error}")
+        assert_clean(record, finished=2)
+        if record.connector_hit_tokens_admitted == 0 and family_of(kv_connector.source) is not None:
+            pytest.skip(NOTHING_SERVED)
+        assert_whole_prompt_served(record, 48, connector_at_least=16)
 
 
 class TestK18MambaStateAtABoundary:

@@ -10,6 +10,7 @@ the connector built for both roles by vLLM's ``KVConnectorFactory``.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from vllm.config import (
     DeviceConfig,
     KVTransferConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
     SpeculativeConfig,
     VllmConfig,
@@ -56,6 +58,23 @@ STOCK_CLASS = "OffloadingConnector"
 # max_model_len; the fake model computes no positions, so a workload of longer requests (the
 # Mooncake slice's 121k-token prompts) gets a model whose context is raised to fit it.
 TINY_CONTEXT = 65536
+# Draft tokens of an EAGLE drafter a story declares (``eagle_drafter``); 0: none, the default.
+_EAGLE_DRAFTS: ContextVar[int] = ContextVar("eagle_drafts", default=0)
+
+
+@contextmanager
+def eagle_drafter(num_speculative_tokens: int = 1):
+    """Replays built inside get an EAGLE drafter in their ``VllmConfig`` (the tiny model's config
+    as the draft model's: no weights are read; vLLM refuses ``mtp`` for a Llama target, and the
+    connector reads only ``use_eagle()``), while their KV cache groups stay the target's, none
+    flagged ``is_eagle_group``: what the offloading connector sees of a shared-group MTP model
+    (vLLM #52735). A Mamba group gets a speculative state block per draft token, as vLLM's
+    ``MambaBase.get_kv_cache_spec`` gives it. The replay proposes no drafts."""
+    token = _EAGLE_DRAFTS.set(num_speculative_tokens)
+    try:
+        yield
+    finally:
+        _EAGLE_DRAFTS.reset(token)
 
 
 @dataclass(frozen=True)
@@ -211,6 +230,12 @@ def _vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_mo
         method = "ngram_gpu" if engine.scheduling == "async" else "ngram"
         speculative = SpeculativeConfig(method=method, num_speculative_tokens=engine.spec_tokens,
                                         prompt_lookup_max=2, prompt_lookup_min=1)
+    if _EAGLE_DRAFTS.get():
+        if speculative is not None:
+            raise ConfigError("an EAGLE drafter and n-gram drafts (spec_tokens): one drafter at most")
+        speculative = SpeculativeConfig(method="eagle", model=str(TINY_MODEL_DIR),
+                                        num_speculative_tokens=_EAGLE_DRAFTS.get(),
+                                        target_model_config=model_config, target_parallel_config=ParallelConfig())
     cache_config = CacheConfig(block_size=engine.block_size, enable_prefix_caching=True)
     if engine.kv_model.has_mamba:
         # A Mamba model's own config hook sets align mode when prefix caching is on; the tiny
@@ -277,7 +302,8 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
         elif group.kind is GroupKind.SLIDING_WINDOW:
             specs.append(SlidingWindowSpec(**shape, sliding_window=group.sliding_window))
         else:
-            specs.append(mamba_spec(FullAttentionSpec(**shape).page_size_bytes, engine.block_size))
+            specs.append(mamba_spec(FullAttentionSpec(**shape).page_size_bytes, engine.block_size,
+                                    _EAGLE_DRAFTS.get()))
     if model.is_dense:
         return [KVCacheGroupSpec(list(LAYER_NAMES), specs[0])]
     if not hybrid_manager:
@@ -290,14 +316,15 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
     return [KVCacheGroupSpec([LAYER_NAMES[i]], spec) for i, spec in enumerate(specs)]
 
 
-def mamba_spec(page_bytes: int, block_size: int) -> MambaSpec:
+def mamba_spec(page_bytes: int, block_size: int, speculative_blocks: int = 0) -> MambaSpec:
     """A Mamba group's spec in align mode: one state tensor whose page is one attention layer's
     page, so that ``get_kv_cache_config_from_groups`` lays both groups out with equal pages and
     the pool counts the same blocks (vLLM 0.32 pads a state to the attention page,
     ``MambaSpec.page_size_padded``; here it fits exactly). A request holds its running state and
-    the previous one (``MambaSpec.max_memory_usage_bytes``: two pages, no speculative blocks)."""
+    the previous one (``MambaSpec.max_memory_usage_bytes``: two pages, and ``speculative_blocks``
+    more under a drafter, ``eagle_drafter``)."""
     return MambaSpec(block_size=block_size, shapes=((page_bytes // KV_DTYPE.itemsize,),), dtypes=(KV_DTYPE,),
-                     mamba_cache_mode="align")
+                     mamba_cache_mode="align", num_speculative_blocks=speculative_blocks)
 
 
 def _check_mamba_runs_here(engine: EngineConfig, hybrid_manager: bool) -> None:
