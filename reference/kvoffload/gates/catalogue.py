@@ -61,10 +61,8 @@ NO_GATE: dict[str, str] = {
     "K15": "a window's store horizon matters only where a full-attention chunk spans several window "
            "blocks (groups with different block sizes); the engine gives every group one block size, so "
            "every window chunk holds a segment's tail and is stored",
-    "K16": "every release's lookup (0.25-0.32 offloading/scheduler.py) ends a load on a chunk end of some group "
-           "or at num_tokens - 1 where num_tokens is a whole chunk, whatever the hash block (keys are per chunk, "
-           "prefix_match_unit or not): with one block size that is a block end or one token short of one, at "
-           "most cdiv(window, block) pending window blocks, within window_chunks * blocks_per_chunk. Only groups "
-           "of different block sizes (vLLM's for layers of different page sizes) end one inside a window block, "
-           "and the replay gives every group one block size",
+    "K16": "with one block size a window load ends on a block or one token short of one in every release "
+           "0.25-0.32 (keys are per chunk, whatever prefix_match_unit), so its pending window blocks stay "
+           "within the bound; only groups of different block sizes end one inside a window block, and the "
+           "replay gives every group one block size",
 }
