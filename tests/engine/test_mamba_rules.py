@@ -217,9 +217,9 @@ class TestRowBookkeeping:
         table: list[int] = []
         rows.allocate("A", table, 8)
         rows.allocate("A", table, 12)
-        assert rows.last_state_index == {"A": 1} and "A" in rows.allocated
+        assert rows.last_state_index == {"A": 1}
         rows.forget("A")
-        assert rows.last_state_index == {} and rows.allocated == set()
+        assert rows.last_state_index == {}
 
 
 class TestTheConnectorGetsTheStates:

@@ -39,7 +39,6 @@ class MambaRows:
         self.block_size = block_size
         self.last_state_index: dict[str, int] = {}  # last_state_block_idx
         self.retired: dict[str, int] = {}  # _num_retired_blocks
-        self.allocated: set[str] = set()  # _allocated_block_reqs
         self.cached_this_step: set[bytes] = set()  # cached_blocks_this_step (group keys)
 
     # ---- find_longest_cache_hit -------------------------------------------------------------
@@ -68,7 +67,6 @@ class MambaRows:
         at the last index; remember the previous state block (the hit's, for a new request)."""
         required = cdiv(num_tokens, self.block_size)
         if required <= len(table):
-            self.allocated.add(req_id)
             return []
         if table:  # allocated before: its running state; entering with a hit: the hit's state
             self.last_state_index[req_id] = len(table) - 1
@@ -76,7 +74,6 @@ class MambaRows:
             table.extend([NULL_BLOCK] * (required - 1 - len(table)))
         fresh = self.pool.allocate(required - len(table))
         table.extend(fresh)
-        self.allocated.add(req_id)
         return fresh
 
     # ---- remove_skipped_blocks ----------------------------------------------------------------
@@ -106,7 +103,6 @@ class MambaRows:
     def forget(self, req_id: str) -> None:
         self.last_state_index.pop(req_id, None)
         self.retired.pop(req_id, None)
-        self.allocated.discard(req_id)
 
 
 def aligned_split(num_computed: int, num_new: int, num_prompt_tokens: int, num_tokens: int,
