@@ -42,7 +42,6 @@ from typing import Callable, Iterable
 
 from kvoffload import gate_counts
 from kvoffload.core.fixes import PRESETS, ablation
-from kvoffload.core.types import ConfigError
 from kvoffload.choice import ConnectorChoice
 from kvoffload.gate_baseline import BASELINE, SCHEMA, number as _number, read_baseline, write_baseline
 from kvoffload.gate_signatures import MUST_BE_ZERO, collect_signatures, looks_like, poisoned_cells, replay_command
@@ -86,20 +85,20 @@ def machine_name(explicit: str | None = None) -> str:
 
 
 def collect(repeats: int = 1) -> dict:
-    """Replay every gate run ``repeats`` times: {"deterministic": {key: v}, "measured": {key: [v...]}}.
+    """Replay every gate run ``repeats`` times: {"deterministic": {key: v}, "measured": {key: [v...]}};
+    a run whose preset refuses the workload's model (:func:`refused_runs`) has no numbers.
 
     Keys are ``workload/connector/metric``. Deterministic values come from the first repeat; a
     later repeat that disagrees is a determinism bug and raises.
     """
     deterministic: dict[str, float | None] = {}
     measured: dict[str, list[float]] = {}
-    refused = refused_runs()
     for name in WORKLOADS:
         workload = load_workload(name)
         for preset in CONNECTORS:
             choice = ConnectorChoice.build(preset)
             run = f"{name}/{choice.label}"
-            if run in refused:
+            if choice.fixes.model_refusal(workload.engine.kv_model) is not None:
                 continue
             for repeat in range(repeats):
                 metrics = replay_workload(workload, choice).result["metrics"]
@@ -125,10 +124,9 @@ def refused_runs() -> dict[str, str]:
         model = load_workload(name).engine.kv_model
         for preset in CONNECTORS:
             choice = ConnectorChoice.build(preset)
-            try:
-                choice.fixes.check_model(model)
-            except ConfigError as error:
-                refused[f"{name}/{choice.label}"] = str(error)
+            reason = choice.fixes.model_refusal(model)
+            if reason is not None:
+                refused[f"{name}/{choice.label}"] = reason
     return refused
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvoffload.core.fixes import PRESETS, Fixes
-from kvoffload.core.types import ConfigError
 from kvoffload.metrics import MEASURED_METRICS, MODEL_METRICS, compute_metrics, same_value
 from kvoffload.workloads import load_workload
 from kvoffload.workloads.bundled import DENSE_WORKLOADS, HYBRID_WORKLOADS, small
@@ -81,10 +80,9 @@ def simulator_row(workload_name: str, scheduling: str, preset: str | None) -> Si
 
     workload = load_workload(workload_name, {"scheduling": scheduling})
     fixes = Fixes.preset(preset) if preset else Fixes()
-    try:  # vLLM 0.25-0.28's presets on a Mamba group: a row with the release's side only
-        fixes.check_model(workload.engine.kv_model)
-    except ConfigError as error:
-        return SimulatorRow({}, None, {}, refused=str(error))
+    refused = fixes.model_refusal(workload.engine.kv_model)
+    if refused is not None:  # vLLM 0.25-0.28's presets on a Mamba group: a row with the release's side only
+        return SimulatorRow({}, None, {}, refused=refused)
     engine = Engine(workload.requests, workload.engine, fixes, reset_cache_at=workload.reset_cache_at)
     steps: dict[str, list[int | None]] = {}
     first = _observe_first_admissions(engine.connector, lambda: engine.observer.step, steps)

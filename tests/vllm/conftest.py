@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # the folder's helpers (hybrid_gate.py), as tests/gates does
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ pytest.importorskip("vllm")
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as offloading_scheduler  # noqa: E402
 
-from kvoffload.gates.plugin import GateConnector  # noqa: E402
+from hybrid_gate import run_kept  # noqa: E402
 from kvoffload.vllm.build import REFERENCE, STOCK  # noqa: E402
 from kvoffload.vllm.compat import RELEASE  # noqa: E402
 
@@ -28,19 +28,9 @@ SERVED_NOTHING = r"served 0 from the GPU cache \+ 0 from the connector"
 
 
 def run_gate(source: str, monkeypatch):
-    """The gate's story, its record and replay kept (the gate itself returns nothing)."""
-    from kvoffload.gates import test_k14_k19_hybrid as gates
-
-    kept = []
-    plain = gates.replay
-
-    def keeping(*args, **kwargs):
-        kept.append(plain(*args, **kwargs))
-        return kept[-1]
-    monkeypatch.setattr(gates, "replay", keeping)
-    gates.TestK17DrafterGroupsOnHybrids().test_a_drafter_config_leaves_the_mamba_group_its_hit(
-        GateConnector(source, None))
-    return kept[0]
+    """The gate's story, its record and replay kept."""
+    return run_kept("TestK17DrafterGroupsOnHybrids",
+                    "test_a_drafter_config_leaves_the_mamba_group_its_hit", source, monkeypatch)
 
 
 def drafter_groups(monkeypatch, every: bool) -> None:

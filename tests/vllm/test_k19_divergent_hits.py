@@ -19,7 +19,7 @@ pytest.importorskip("vllm")
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector  # noqa: E402
 
-from kvoffload.gates.plugin import GateConnector  # noqa: E402
+from hybrid_gate import run_kept  # noqa: E402
 from kvoffload.vllm.build import REFERENCE, STOCK  # noqa: E402
 from kvoffload.vllm.compat import RELEASE  # noqa: E402
 
@@ -30,19 +30,9 @@ REFERENCE_HERE = pytest.mark.skipif(RELEASE < (0, 29, 0), reason="the reference 
 
 
 def run_gate(source: str, monkeypatch):
-    """The gate's story, its record and replay kept (the gate itself returns nothing)."""
-    from kvoffload.gates import test_k14_k19_hybrid as gates
-
-    kept = []
-    plain = gates.replay
-
-    def keeping(*args, **kwargs):
-        kept.append(plain(*args, **kwargs))
-        return kept[-1]
-    monkeypatch.setattr(gates, "replay", keeping)
-    gates.TestK19DivergentLocalHitsOfAHybrid().test_a_hit_the_groups_disagree_on_resumes_from_the_state_it_serves(
-        GateConnector(source, None))
-    return kept[0]
+    """The gate's story, its record and replay kept."""
+    return run_kept("TestK19DivergentLocalHitsOfAHybrid",
+                    "test_a_hit_the_groups_disagree_on_resumes_from_the_state_it_serves", source, monkeypatch)
 
 
 def opt_in(monkeypatch, connector_class) -> None:

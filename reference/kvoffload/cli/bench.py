@@ -110,7 +110,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     refused, refusals, refused_at = [], [], []
     for index, (workload, engine, choice, path) in enumerate(plan):
-        reason = model_refusal(choice, workload)
+        # the presets of vLLM 0.25-0.28 on a Mamba group (docs/hybrid.md)
+        reason = choice.fixes.model_refusal(workload.engine.kv_model)
         if reason is not None:  # a preset of a release that cannot run the model: a row, refused
             refusals.append({"workload": workload.name, "connector": choice.label, "reason": reason})
             refused.append(f"{workload.name} [{choice.label}] refused: {reason}")
@@ -143,16 +144,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if three_way:
         print(report_hint(out_dir, args.engine))
     return int(any(outcome.failed for choice, outcome in findings.values() if choice in extra))
-
-
-def model_refusal(choice, workload) -> str | None:
-    """Why the choice's release rules cannot replay the workload's model (``Fixes.check_model``:
-    the presets of vLLM 0.25-0.28 on a Mamba group, docs/hybrid.md), None when they can."""
-    try:
-        choice.fixes.check_model(workload.engine.kv_model)
-    except ConfigError as error:
-        return str(error)
-    return None
 
 
 def bench_findings(findings: dict) -> list[str]:

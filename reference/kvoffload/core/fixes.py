@@ -159,13 +159,21 @@ class Fixes:
     def disabled(self) -> tuple[str, ...]:
         return tuple(name for name in FIX_NAMES if not getattr(self, name))
 
-    def check_model(self, model) -> None:
-        """A ConfigError, in one line, if these release rules cannot replay ``model`` (its
-        ``ModelDescription``): the connector of both engines and the CLI, before a run, call it."""
+    def model_refusal(self, model) -> str | None:
+        """Why these release rules cannot replay ``model`` (its ``ModelDescription``), in one line;
+        None when they can. The bench, the gate and the release table show such a run as refused."""
         if model.has_mamba and not self.rules.mamba_boundary_hand_off:
-            raise ConfigError(f"model {model.name!r}: this preset's release stored Mamba states from the block "
-                              "table (vLLM 0.25-0.28), which the reference does not model; it stores them from "
-                              "vLLM 0.29's boundary-state hand-off (a preset of vLLM 0.29 or later can run it)")
+            return (f"model {model.name!r}: this preset's release stored Mamba states from the block "
+                    "table (vLLM 0.25-0.28), which the reference does not model; it stores them from "
+                    "vLLM 0.29's boundary-state hand-off (a preset of vLLM 0.29 or later can run it)")
+        return None
+
+    def check_model(self, model) -> None:
+        """A ConfigError with :meth:`model_refusal`'s reason: the connector of both engines and the
+        CLI, before a run, call it."""
+        reason = self.model_refusal(model)
+        if reason is not None:
+            raise ConfigError(reason)
 
     def as_dict(self) -> dict[str, bool]:
         return {name: getattr(self, name) for name in FIX_NAMES}

@@ -74,12 +74,7 @@ class HybridKV:
         ``num_tokens - 1`` tokens (the last one is recomputed for its logits)."""
         hashes, bs, pool = live.req.block_hashes, self.block_size, self.pool
         hits: Tables = [[] for _ in self.groups]
-        full = hits[0]
-        for block_hash in hashes[:(live.req.num_tokens - 1) // bs]:
-            block = pool.cached_block(block_hash)
-            if block is None:
-                break
-            full.append(block)
+        hits[0] = full = pool.cached_prefix(hashes, (live.req.num_tokens - 1) // bs)  # a fresh list
         length = longest = len(full) * bs
         while True:  # the fixed point of HybridKVCacheCoordinator.find_longest_cache_hit
             candidate = length
@@ -106,11 +101,7 @@ class HybridKV:
             return (*self.prefix_hit(live), False)
         hashes, bs, max_length = live.req.block_hashes, self.block_size, live.req.num_tokens - 1
         hits: Tables = [[] for _ in self.groups]
-        for block_hash in hashes[:max_length // bs]:
-            block = self.pool.cached_block(block_hash)
-            if block is None:
-                break
-            hits[0].append(block)
+        hits[0] = self.pool.cached_prefix(hashes, max_length // bs)
         for g in self.others:
             rows = self.mamba.get(g)
             hits[g] = self._window_hit(g, hashes, max_length) if rows is None else rows.hit(hashes, max_length)
