@@ -35,21 +35,34 @@ class GroupKind(enum.Enum):
 @dataclass(frozen=True)
 class KVCacheGroup:
     """One KV cache group: its kind and its window in tokens (sliding window only). ``drafter``
-    marks an EAGLE/MTP drafter group."""
+    marks an EAGLE/MTP drafter group. ``block_size``: the group's own block size in tokens, where
+    a model sets one per layer kind (vLLM's ``KVCacheSpec.block_size`` is per group: DeepSeek-V4
+    gives full attention 256 and its window 64, ``kv_cache_utils.py``'s hybrid unification); 0,
+    the default: the engine's ``block_size``."""
 
     kind: GroupKind
     sliding_window: int = 0
     drafter: bool = False
+    block_size: int = 0
 
     def __post_init__(self) -> None:
         if (self.kind is GroupKind.SLIDING_WINDOW) != (self.sliding_window > 0):
             raise ConfigError(f"a {self.kind.value} group has sliding_window={self.sliding_window}: "
                               "a window (in tokens) exactly for sliding-window groups")
+        if self.block_size < 0 or (self.block_size and self.kind is GroupKind.MAMBA):
+            # A Mamba group in align mode takes the cache's block size (vLLM's MambaSpec).
+            raise ConfigError(f"a {self.kind.value} group has block_size={self.block_size}: a positive block "
+                              "size of its own for attention groups only, or 0 (the engine's)")
 
     @property
     def label(self) -> str:
         text = self.kind.value + (f" {self.sliding_window}" if self.sliding_window else "")
+        text += f" (block {self.block_size})" if self.block_size else ""
         return text + (" (drafter)" if self.drafter else "")
+
+    def tokens_per_block(self, engine_block_size: int) -> int:
+        """This group's block size in tokens, given the engine's."""
+        return self.block_size or engine_block_size
 
     # ---- the sliding window's rules (vLLM 0.32 SlidingWindowManager) ----------------------
 
@@ -175,9 +188,17 @@ class ModelDescription:
     def has_mamba(self) -> bool:
         return any(group.kind is GroupKind.MAMBA for group in self.groups)
 
+    @property
+    def has_own_block_sizes(self) -> bool:
+        """Some group has a block size of its own (``KVCacheGroup.block_size``)."""
+        return any(group.block_size for group in self.groups)
+
     def unsupported(self) -> str | None:
         """Why the simulator cannot replay this model yet, or None. vLLM's scheduler
         (``--engine vllm-scheduler``) builds a Mamba group already (``vllm/build.py``)."""
+        if self.has_own_block_sizes:
+            return ("groups with a block size of their own are not modelled by the engine (one block size "
+                    "serves every group); vLLM's scheduler builds them for K16's gate only")
         for group in self.groups:
             if group.drafter:
                 return "drafter (EAGLE/MTP) groups are not modelled by the engine yet"
@@ -196,6 +217,14 @@ MODELS: dict[str, ModelDescription] = {model.name: model for model in (
     # The gate stories' size (block size 4): a window of two blocks.
     ModelDescription("gpt-oss-tiny", (FULL, KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=8)),
                      "gpt-oss at the gate stories' size: full attention and an 8-token sliding window"),
+    # K16's gate (kvoffload.gates): full attention of 6-token blocks beside a 4-token window of
+    # the engine's blocks (4 in the stories). The grids do not nest (their lcm is 12), so a load
+    # ending on a full-attention chunk can end inside a window block; vLLM accepts any block sizes
+    # its hash block (their gcd) divides (resolve_kv_cache_block_sizes, vLLM 0.25+).
+    ModelDescription("mixed-blocks-tiny", (KVCacheGroup(GroupKind.FULL_ATTENTION, block_size=6),
+                                           KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=4)),
+                     "full attention of 6-token blocks and a 4-token sliding window (K16's gate; vLLM's "
+                     "scheduler only)"),
     # Qwen3-Next interleaves gated-DeltaNet (Mamba-style, one state per request) with full attention.
     ModelDescription("qwen3-next", (FULL, KVCacheGroup(GroupKind.MAMBA)),
                      "Qwen3-Next-like: full attention and Mamba (align mode)"),

@@ -50,6 +50,8 @@ COVERED_BY: dict[str, str] = {
 VLLM_ONLY: dict[str, str] = {
     "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
            "peer); the simulator runs one connector per engine",
+    "K16": "needs KV cache groups of different block sizes (a window load then ends inside a window block); the "
+           "engine gives every group one block size, vLLM's scheduler builds them (model mixed-blocks-tiny)",
     "K17": "needs vLLM's EAGLE/MTP speculative config (the connector reads use_eagle() and each group's "
            "is_eagle_group); the simulator's drafts are n-gram, with no drafter config",
 }
@@ -61,8 +63,4 @@ NO_GATE: dict[str, str] = {
     "K15": "a window's store horizon matters only where a full-attention chunk spans several window "
            "blocks (groups with different block sizes); the engine gives every group one block size, so "
            "every window chunk holds a segment's tail and is stored",
-    "K16": "with one block size a window load ends on a block or one token short of one in every release "
-           "0.25-0.32 (keys are per chunk, whatever prefix_match_unit), so its pending window blocks stay "
-           "within the bound; only groups of different block sizes end one inside a window block, and the "
-           "replay gives every group one block size",
 }

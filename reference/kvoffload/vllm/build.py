@@ -44,6 +44,7 @@ from kvoffload.core.model import GroupKind
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.vllm.compat import allocate_kv_caches, for_connector, own_storage_per_layer, use_kv_cache_layout
+from kvoffload.vllm.group_blocks import own_shape, page_tokens, refuse_a_worker, scheduler_block_sizes, stock_chunking
 from kvoffload.vllm.settings import refuse_unhonoured
 from kvoffload.vllm.tiny_kv import HEAD_SIZE, KV_DTYPE, LAYER_NAMES, NUM_KV_HEADS, NUM_LAYERS, block_bytes
 
@@ -126,7 +127,7 @@ class ConnectorLoad:
 
             # The chunk size in tokens (``block_size``): every release since 0.25 reads it, while
             # ``blocks_per_chunk`` arrived in 0.26 (compat/v0_26.py).
-            common = {**common, "block_size": engine.tokens_per_chunk}
+            common = stock_chunking(engine, common)  # groups of their own block sizes: none
             del common["blocks_per_chunk"]
             extra = {**common, "cpu_bytes_to_use": engine.cpu_chunks * chunk_bytes_on_host(engine),
                      "spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE}
@@ -189,7 +190,7 @@ def chunk_bytes_on_host(engine: EngineConfig) -> int:
     """Host bytes of one chunk of one KV cache group (a hybrid model's chunk holds one group's
     blocks: one layer of the tiny model; the dense model's both)."""
     layers = NUM_LAYERS if engine.kv_model.is_dense else 1
-    raw = block_bytes(engine.block_size, layers) * engine.blocks_per_chunk
+    raw = block_bytes(page_tokens(engine), layers) * engine.blocks_per_chunk
     return -(-raw // HOST_PAGE) * HOST_PAGE
 
 
@@ -284,7 +285,7 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
     such a child), and ``get_kv_cache_groups`` then promotes every sliding-window layer to full
     attention (``unify_hybrid_kv_cache_specs``, vLLM's own, called here): one group, nothing
     freed behind a window. vLLM's scheduler asserts that a non-HMA connector sees one group
-    (``Scheduler._connector_finished``)."""
+    (``Scheduler._connector_finished``). A group's own block size: ``group_blocks.py``."""
     model = engine.kv_model
     if len(model.groups) > NUM_LAYERS:
         raise ConfigError(f"model {model.name!r} has {len(model.groups)} KV cache groups, the tiny model "
@@ -297,10 +298,12 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
     for group in model.groups:
         if group.drafter:
             raise ConfigError(f"model {model.name!r}: drafter groups are not built for vLLM yet")
+        own = own_shape(engine, group, shape,
+                        lambda size: FullAttentionSpec(**{**shape, "block_size": size}).page_size_bytes)
         if group.kind is GroupKind.FULL_ATTENTION:
-            specs.append(FullAttentionSpec(**shape))
+            specs.append(FullAttentionSpec(**own))
         elif group.kind is GroupKind.SLIDING_WINDOW:
-            specs.append(SlidingWindowSpec(**shape, sliding_window=group.sliding_window))
+            specs.append(SlidingWindowSpec(**own, sliding_window=group.sliding_window))
         else:
             specs.append(mamba_spec(FullAttentionSpec(**shape).page_size_bytes, engine.block_size,
                                     _EAGLE_DRAFTS.get()))
@@ -340,7 +343,7 @@ def build_kv_cache_config(config: VllmConfig, engine: EngineConfig):
     groups = kv_cache_groups(engine, not config.scheduler_config.disable_hybrid_kv_cache_manager)
     layers_per_block = max(len(group.layer_names) for group in groups)  # groups alias each block
     kv_cache_config = get_kv_cache_config_from_groups(
-        config, groups, block_bytes(engine.block_size, layers_per_block) * engine.gpu_blocks)
+        config, groups, block_bytes(page_tokens(engine), layers_per_block) * engine.gpu_blocks)
     if kv_cache_config.num_blocks != engine.gpu_blocks:
         raise ConfigError(f"vLLM laid out {kv_cache_config.num_blocks} GPU blocks, wanted {engine.gpu_blocks}")
     return kv_cache_config
@@ -351,7 +354,7 @@ def build_scheduler(config: VllmConfig, kv_cache_config):
     with set_current_vllm_config(config):
         return cls(vllm_config=config, kv_cache_config=kv_cache_config, log_stats=True,
                    structured_output_manager=StructuredOutputManager(config),
-                   block_size=config.cache_config.block_size)
+                   **scheduler_block_sizes(config, kv_cache_config))
 
 
 def build_worker_side(config: VllmConfig, kv_cache_config, standins=None, completion_steps: int = 1):
@@ -364,6 +367,7 @@ def build_worker_side(config: VllmConfig, kv_cache_config, standins=None, comple
     (``kvoffload_patches``, undone by ``release_worker_side``)."""
     from kvoffload.vllm.standins.timeline import CopyTimeline, active
 
+    refuse_a_worker(kv_cache_config)
     kv_caches = allocate_kv_caches(config, kv_cache_config)
     timeline = CopyTimeline(completion_steps)
     patches = standins() if standins is not None else None

@@ -1,0 +1,112 @@
+"""K16's gate (``kvoffload.gates``, ``TestK16UnalignedSlidingWindowLoad``) in vLLM's scheduler:
+``mixed-blocks-tiny``, full attention of 6-token blocks beside a 4-token window of 4-token blocks.
+A load ending at 6 spans window blocks 0 and 1; vLLM 0.25-0.26 bounded a load's pending window
+blocks by the window in chunks times blocks per chunk (one), an ``AssertionError`` in
+``update_state_after_alloc`` (vLLM #48959); 0.27 allows one block more (PR #49052).
+
+The plant puts the old bound back in front of a fixed release's ``update_state_after_alloc``,
+counting the pending blocks as it does, so the gate's failure is pinned on the bound in every
+release that runs the story.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from kvoffload.core.types import ConfigError, cdiv  # noqa: E402
+from kvoffload.gates.plugin import GateConnector  # noqa: E402
+from kvoffload.vllm.build import REFERENCE, STOCK, ConnectorLoad  # noqa: E402
+from kvoffload.vllm.compat import RELEASE  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+FIXED = RELEASE >= (0, 27, 0)
+
+
+def run_gate(source: str) -> None:
+    """The gate's story against ``source`` (imported here: pytest would collect its class)."""
+    from kvoffload.gates.test_k16_window_blocks import TestK16UnalignedSlidingWindowLoad
+
+    TestK16UnalignedSlidingWindowLoad().test_every_load_of_a_stored_prompt_is_admitted(GateConnector(source, None))
+
+
+def plant_the_old_bound(monkeypatch) -> None:
+    """vLLM 0.25-0.26's bound on a load's pending window blocks (no block more), checked before
+    the release's own ``update_state_after_alloc`` runs."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as offloading
+
+    cls = offloading.OffloadingConnectorScheduler
+    plain = cls.update_state_after_alloc
+
+    def old_bound(self, request, blocks, num_external_tokens):
+        local = self._req_status[request.request_id].num_locally_computed_tokens
+        for group in self.config.kv_group_configs if num_external_tokens else ():
+            if group.sliding_window_size_in_chunks is None:
+                continue
+            table, size = blocks.blocks[group.group_idx], group.tokens_per_block
+            end = cdiv(local + num_external_tokens, size)
+            first = next((i for i in range(local // size, end) if not table[i].is_null and table[i].block_hash is None),
+                         end)
+            assert end - first <= group.sliding_window_size_in_chunks * self.config.blocks_per_chunk
+        return plain(self, request, blocks, num_external_tokens)
+    monkeypatch.setattr(cls, "update_state_after_alloc", old_bound)
+
+
+def test_vllm_builds_each_group_at_its_own_block_size():
+    """The specs, one page for both (the window's padded), and the scheduler aligned to their
+    lcm and hashing at their gcd, as ``EngineCore`` sets it up."""
+    from kvoffload.gates.test_k16_window_blocks import MIXED
+    from kvoffload.vllm.build import build_kv_cache_config, build_vllm_config
+    from kvoffload.vllm.group_blocks import scheduler_block_sizes
+
+    load = ConnectorLoad(STOCK)
+    config = build_vllm_config(MIXED, load.transfer_config(MIXED, "stepped"), 64, load)
+    kv_cache_config = build_kv_cache_config(config, MIXED)
+    specs = [group.kv_cache_spec for group in kv_cache_config.kv_cache_groups]
+    assert [(type(s).__name__, s.block_size, getattr(s, "sliding_window", None)) for s in specs] == \
+        [("FullAttentionSpec", 6, None), ("SlidingWindowSpec", 4, 4)]
+    assert specs[0].page_size_bytes == specs[1].page_size_bytes
+    assert kv_cache_config.num_blocks == MIXED.gpu_blocks
+    assert scheduler_block_sizes(config, kv_cache_config) == {"block_size": 12, "hash_block_size": 2}
+    assert "block_size" not in config.kv_transfer_config.kv_connector_extra_config
+
+
+def test_a_prompt_of_eight_tokens_loads_six_across_two_window_blocks():
+    from kvoffload.gates.test_k16_window_blocks import admit_over_a_stored_prompt
+
+    end, failure = admit_over_a_stored_prompt(GateConnector(STOCK, None), 8)
+    assert end == 6
+    assert (failure is None) is FIXED, failure
+    if not FIXED:
+        assert "offloading/scheduler.py" in failure and "(update_state_after_alloc)" in failure
+
+
+def test_the_gate_fails_the_bound_of_vllm_0_25_and_0_26(monkeypatch):
+    """0.25-0.26 as released; 0.27+ with the old bound planted back."""
+    if FIXED:
+        plant_the_old_bound(monkeypatch)
+    with pytest.raises(AssertionError, match=r"^8 admissions crashed vLLM's scheduler: 8 tokens, load ending at 6"):
+        run_gate(STOCK)
+
+
+@pytest.mark.skipif(not FIXED, reason="vLLM 0.27 is the first release whose bound allows the window's block more")
+def test_the_stock_connector_admits_every_load():
+    run_gate(STOCK)
+
+
+def test_the_reference_skips_groups_of_different_block_sizes():
+    with pytest.raises(pytest.skip.Exception, match=r"block sizes differ \(\[4, 6\]\)"):
+        run_gate(REFERENCE)
+
+
+def test_the_replay_and_stock_chunks_of_several_blocks_are_refused_in_one_line():
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.gates.test_k16_window_blocks import MIXED
+    from kvoffload.vllm.replay import VllmSchedulerReplay
+
+    with pytest.raises(ConfigError, match="^groups of different block sizes run in vLLM's scheduler only"):
+        VllmSchedulerReplay([RequestSpec("A", tuple(range(8)), (1, 2))], MIXED, ConnectorLoad(STOCK))
+    with pytest.raises(ConfigError, match="one block each, got blocks_per_chunk=2$"):
+        ConnectorLoad(STOCK).transfer_config(MIXED.replace(blocks_per_chunk=2), "stepped")
