@@ -133,18 +133,17 @@ def test_a_group_the_engine_does_not_model_is_refused_with_one_line():
 
 
 def test_groups_of_their_own_block_sizes_are_refused_by_the_engine_in_one_line():
-    """K16's model runs in vLLM's scheduler only (kvoffload.gates): the engine refuses it, and a
+    """K15's and K16's models run in vLLM's scheduler only (kvoffload.gates): the engine refuses it, and a
     block size of its own is for attention groups (a Mamba group takes the cache's)."""
     from kvoffload.core.types import ConfigError
     from kvoffload.engine.config import EngineConfig
 
-    mixed = model_named("mixed-blocks-tiny")
-    assert mixed.has_own_block_sizes and not model_named("gpt-oss-tiny").has_own_block_sizes
-    assert [group.tokens_per_block(4) for group in mixed.groups] == [6, 4]
-    assert "block size of their own" in mixed.unsupported()
-    config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, model="mixed-blocks-tiny")
-    with pytest.raises(ConfigError, match="^model 'mixed-blocks-tiny': groups with a block size of their own"):
-        Engine([], config)
+    assert not model_named("gpt-oss-tiny").has_own_block_sizes
+    for name, sizes in (("mixed-blocks-tiny", [6, 4]), ("nested-blocks-tiny", [12, 4])):
+        assert [group.tokens_per_block(4) for group in model_named(name).groups] == sizes
+        config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, model=name)
+        with pytest.raises(ConfigError, match=f"^model '{name}': groups with a block size of their own"):
+            Engine([], config)
     for group in ({"kind": GroupKind.MAMBA, "block_size": 4}, {"kind": GroupKind.FULL_ATTENTION, "block_size": -1}):
         with pytest.raises(ConfigError, match="block size of its own for attention groups only"):
             KVCacheGroup(**group)

@@ -225,6 +225,13 @@ MODELS: dict[str, ModelDescription] = {model.name: model for model in (
                                            KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=4)),
                      "full attention of 6-token blocks and a 4-token sliding window (K16's gate; vLLM's "
                      "scheduler only)"),
+    # K15's gate: full attention of 12-token blocks beside an 8-token window of the engine's
+    # blocks (4): nested grids, as DeepSeek-V4's 256 and 64, so a hit ends on a 12-token segment
+    # and only the window's last two blocks of each segment (and of the prompt) can serve one.
+    ModelDescription("nested-blocks-tiny", (KVCacheGroup(GroupKind.FULL_ATTENTION, block_size=12),
+                                            KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=8)),
+                     "full attention of 12-token blocks and an 8-token sliding window (K15's gate; vLLM's "
+                     "scheduler only)"),
     # Qwen3-Next interleaves gated-DeltaNet (Mamba-style, one state per request) with full attention.
     ModelDescription("qwen3-next", (FULL, KVCacheGroup(GroupKind.MAMBA)),
                      "Qwen3-Next-like: full attention and Mamba (align mode)"),

@@ -4,8 +4,7 @@ connector named by ``--kv-connector``.
 The model is ``gpt-oss-tiny`` (``kvoffload.core.model``): full attention and an 8-token sliding
 window, block size 4, one block per chunk; vLLM's scheduler frees a window's blocks behind it
 while the request runs; K17's, K18's and K19's is ``qwen3-next`` (full attention and Mamba). K15
-skips with the catalogue's reason (what the suite does not model); K16 needs groups of different
-block sizes (``test_k16_window_blocks.py``).
+and K16 need groups of different block sizes (``test_k15_k16_block_sizes.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import pytest
 
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.gates.story import TINY, assert_clean, assert_whole_prompt_served, forget_free_blocks, replay, tokens
-from kvoffload.gates.test_k21_k30_tier import _not_modelled
 
 DECLINES = "needs a tier whose allocation fails on demand: the reference's manager or vLLM's CPU manager"
 ONE_GROUP = ("needs a window group: vLLM turns its hybrid KV cache manager off for a connector that is not "
@@ -116,7 +114,6 @@ class TestK14WindowBlockFencedWhileItsStoreWaits:
         assert record.connector_hit_tokens_admitted >= 12
 
 
-TestK15SlidingWindowHorizon = _not_modelled("K15")  # K16: test_k16_window_blocks.py
 MAMBA = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64)
 
 

@@ -1,12 +1,15 @@
-"""K16's gate (``kvoffload.gates``, ``TestK16UnalignedSlidingWindowLoad``) in vLLM's scheduler:
-``mixed-blocks-tiny``, full attention of 6-token blocks beside a 4-token window of 4-token blocks.
-A load ending at 6 spans window blocks 0 and 1; vLLM 0.25-0.26 bounded a load's pending window
-blocks by the window in chunks times blocks per chunk (one), an ``AssertionError`` in
-``update_state_after_alloc`` (vLLM #48959); 0.27 allows one block more (PR #49052).
+"""K15's and K16's gates (``kvoffload.gates``, ``TestK15SlidingWindowHorizon``,
+``TestK16UnalignedSlidingWindowLoad``) in vLLM's scheduler, on groups of different block sizes.
 
-The plant puts the old bound back in front of a fixed release's ``update_state_after_alloc``,
-counting the pending blocks as it does, so the gate's failure is pinned on the bound in every
-release that runs the story.
+K16, ``mixed-blocks-tiny`` (full attention of 6-token blocks, a 4-token window of 4-token blocks):
+a load ending at 6 spans window blocks 0 and 1; vLLM 0.25-0.26 bounded a load's pending window
+blocks by the window in chunks times blocks per chunk (one), an ``AssertionError`` in
+``update_state_after_alloc`` (vLLM #48959); 0.27 allows one block more (PR #49052). The plant puts
+the old bound back in front of a fixed release's ``update_state_after_alloc``, counting the
+pending blocks as it does, so the gate's failure is pinned on the bound in every release.
+
+K15, ``nested-blocks-tiny`` (12-token blocks, an 8-token window of 4-token blocks): what a
+chunked prefill of 40 tokens, 8 a step, submits of the window group in each release.
 """
 
 from __future__ import annotations
@@ -23,13 +26,25 @@ from kvoffload.vllm.compat import RELEASE  # noqa: E402
 pytestmark = pytest.mark.vllm
 
 FIXED = RELEASE >= (0, 27, 0)
+# K15: the window chunks each release stores of C's chunked prefill (vLLM 0.25-0.26: a segment's
+# tails only, not the prompt's; 0.27-0.29: every step's frontier taken for the prompt's end too;
+# 0.30+: the segments' and the prompt's tails, vLLM #54362).
+HORIZON_STORES = ({1, 2, 4, 5, 7, 8} if RELEASE < (0, 27, 0) else set(range(10)) if RELEASE < (0, 30, 0)
+                  else {1, 2, 4, 5, 7, 8, 9})
 
 
 def run_gate(source: str) -> None:
-    """The gate's story against ``source`` (imported here: pytest would collect its class)."""
-    from kvoffload.gates.test_k16_window_blocks import TestK16UnalignedSlidingWindowLoad
+    """K16's story against ``source`` (imported here: pytest would collect its class)."""
+    from kvoffload.gates.test_k15_k16_block_sizes import TestK16UnalignedSlidingWindowLoad
 
     TestK16UnalignedSlidingWindowLoad().test_every_load_of_a_stored_prompt_is_admitted(GateConnector(source, None))
+
+
+def run_k15(source: str) -> None:
+    from kvoffload.gates.test_k15_k16_block_sizes import TestK15SlidingWindowHorizon
+
+    TestK15SlidingWindowHorizon().test_a_chunked_prefill_stores_only_window_chunks_a_hit_can_read(
+        GateConnector(source, None))
 
 
 def plant_the_old_bound(monkeypatch) -> None:
@@ -57,7 +72,7 @@ def plant_the_old_bound(monkeypatch) -> None:
 def test_vllm_builds_each_group_at_its_own_block_size():
     """The specs, one page for both (the window's padded), and the scheduler aligned to their
     lcm and hashing at their gcd, as ``EngineCore`` sets it up."""
-    from kvoffload.gates.test_k16_window_blocks import MIXED
+    from kvoffload.gates.test_k15_k16_block_sizes import MIXED
     from kvoffload.vllm.build import build_kv_cache_config, build_vllm_config
     from kvoffload.vllm.group_blocks import scheduler_block_sizes
 
@@ -74,7 +89,7 @@ def test_vllm_builds_each_group_at_its_own_block_size():
 
 
 def test_a_prompt_of_eight_tokens_loads_six_across_two_window_blocks():
-    from kvoffload.gates.test_k16_window_blocks import admit_over_a_stored_prompt
+    from kvoffload.gates.test_k15_k16_block_sizes import admit_over_a_stored_prompt
 
     end, failure = admit_over_a_stored_prompt(GateConnector(STOCK, None), 8)
     assert end == 6
@@ -103,10 +118,26 @@ def test_the_reference_skips_groups_of_different_block_sizes():
 
 def test_the_replay_and_stock_chunks_of_several_blocks_are_refused_in_one_line():
     from kvoffload.engine.requests import RequestSpec
-    from kvoffload.gates.test_k16_window_blocks import MIXED
+    from kvoffload.gates.test_k15_k16_block_sizes import MIXED
     from kvoffload.vllm.replay import VllmSchedulerReplay
 
     with pytest.raises(ConfigError, match="^groups of different block sizes run in vLLM's scheduler only"):
         VllmSchedulerReplay([RequestSpec("A", tuple(range(8)), (1, 2))], MIXED, ConnectorLoad(STOCK))
     with pytest.raises(ConfigError, match="one block each, got blocks_per_chunk=2$"):
         ConnectorLoad(STOCK).transfer_config(MIXED.replace(blocks_per_chunk=2), "stepped")
+
+
+def test_each_release_stores_its_window_chunks_of_a_chunked_prefill():
+    from kvoffload.gates.test_k15_k16_block_sizes import window_chunks_stored_in_prefill
+
+    assert window_chunks_stored_in_prefill(GateConnector(STOCK, None), 40) == (HORIZON_STORES, 10)
+
+
+def test_k15s_gate_fails_vllm_0_27_to_0_29_and_passes_the_others():
+    if (0, 27, 0) <= RELEASE < (0, 30, 0):
+        with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
+            run_k15(STOCK)
+    else:
+        run_k15(STOCK)
+    with pytest.raises(pytest.skip.Exception, match=r"block sizes differ \(\[4, 12\]\)"):
+        run_k15(REFERENCE)
