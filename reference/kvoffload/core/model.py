@@ -198,7 +198,7 @@ class ModelDescription:
         (``--engine vllm-scheduler``) builds a Mamba group already (``vllm/build.py``)."""
         if self.has_own_block_sizes:
             return ("groups with a block size of their own are not modelled by the engine (one block size "
-                    "serves every group); vLLM's scheduler builds them for K16's gate only")
+                    "serves every group); vLLM's scheduler builds them for K15's and K16's gates only")
         for group in self.groups:
             if group.drafter:
                 return "drafter (EAGLE/MTP) groups are not modelled by the engine yet"

@@ -4,7 +4,7 @@ vLLM gives each group its own ``KVCacheSpec.block_size`` where a model sets one 
 (DeepSeek-V4: full attention 256, its window 64). ``EngineCore`` then aligns the scheduler to the
 groups' lcm and hashes at their gcd (``resolve_kv_cache_block_sizes``, vLLM 0.25+), and every
 group's page is padded to one size (``AttentionSpec.page_size_padded``), since the groups share one
-pool of blocks. Only vLLM's scheduler runs such groups here (K16's gate, ``kvoffload.gates``): the
+pool of blocks. Only vLLM's scheduler runs such groups here (K15's and K16's gates): the
 replay's fake model, KV oracle and copy handlers index every group at one block size.
 """
 
