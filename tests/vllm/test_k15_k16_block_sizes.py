@@ -9,7 +9,8 @@ the old bound back in front of a fixed release's ``update_state_after_alloc``, c
 pending blocks as it does, so the gate's failure is pinned on the bound in every release.
 
 K15, ``nested-blocks-tiny`` (12-token blocks, an 8-token window of 4-token blocks): what a
-chunked prefill of 40 tokens, 8 a step, submits of the window group in each release.
+chunked prefill of 40 tokens, 8 a step, submits of the window group in each release; its plant
+gives 0.30+'s store mask each step's frontier for the final segment's end, as 0.27-0.29 did.
 """
 
 from __future__ import annotations
@@ -133,7 +134,26 @@ def test_each_release_stores_its_window_chunks_of_a_chunked_prefill():
     assert window_chunks_stored_in_prefill(GateConnector(STOCK, None), 40) == (HORIZON_STORES, 10)
 
 
-def test_k15s_gate_fails_vllm_0_27_to_0_29_and_passes_the_others():
+def plant_the_frontier_horizon(monkeypatch) -> None:
+    """vLLM 0.27-0.29's horizon in a fixed release (0.30+): every store's frontier is taken for
+    the request's final segment end (``_reachable_store_block_mask``'s
+    ``final_segment_end_chunk_idx``), as before PR #54362."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as offloading
+
+    cls = offloading.OffloadingConnectorScheduler
+    plain = cls._reachable_store_block_mask
+
+    def frontier(self, group_config, start_chunk_idx, end_chunk_idx, final_segment_end_chunk_idx, *args, **kwargs):
+        return plain(self, group_config, start_chunk_idx, end_chunk_idx, end_chunk_idx, *args, **kwargs)
+    monkeypatch.setattr(cls, "_reachable_store_block_mask", frontier)
+
+
+def test_k15s_gate_fails_vllm_0_27_to_0_29_and_passes_the_others(monkeypatch):
+    if RELEASE >= (0, 30, 0):
+        with monkeypatch.context() as planted:
+            plant_the_frontier_horizon(planted)
+            with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
+                run_k15(STOCK)
     if (0, 27, 0) <= RELEASE < (0, 30, 0):
         with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
             run_k15(STOCK)
