@@ -173,7 +173,7 @@ class Fixes:
     def model_refusal(self, model) -> str | None:
         """Why these release rules cannot replay ``model`` (its ``ModelDescription``), in one line;
         None when they can. The bench, the gate and the release table show such a run as refused.
-        Every preset replays every bundled model since the presets of vLLM 0.25-0.28 store a Mamba
+        Every preset replays every bundled model since those of vLLM 0.25 and 0.26 store a Mamba
         group from its block table (``MambaStores``); a rule that cannot replay a model says so here."""
         return None
 
@@ -248,12 +248,12 @@ def fix_flags_markdown() -> str:
     for info in FIX_INFO:
         lacking = ", ".join(presets_lacking(info.name)) or "(no preset)"
         lines.append(f"| `{info.name}` | {info.rule} | {info.reproduces} | {info.first_release} | {lacking} |")
-    lines += ["", "| preset | release | recency | store cursor |", "|---|---|---|---|"]
+    lines += ["", "| preset | release | recency | store cursor | Mamba states stored from |", "|---|---|---|---|---|"]
     for name, release, rules in [(p.name, p.release, p.rules) for p in PRESETS.values()] + [
             ("reference", "0.32.0", Fixes().rules)]:
         cursor = "never moves back" if rules.store_cursor_monotonic else "may move back"
         label = f"`{name}`" if name in PRESETS else name
-        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} |")
+        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} | {rules.mamba_stores.value} |")
     return "\n".join(lines)
 
 
