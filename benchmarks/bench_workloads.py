@@ -172,8 +172,8 @@ def tracked_metrics(metrics: dict) -> dict[str, float | None]:
 
 
 def refusals(workload_name: str, connectors: list[str]) -> dict[str, str]:
-    """{connector: why} for the presets whose release cannot replay the workload's model
-    (``Fixes.check_model``: vLLM 0.25-0.28 on a Mamba group)."""
+    """{connector: why} for the presets whose release rules cannot replay the workload's model
+    (``Fixes.check_model``; none for a bundled model today)."""
     from kvoffload.workloads import load_workload
 
     model, refused = load_workload(workload_spec(workload_name)).engine.kv_model, {}

@@ -221,6 +221,16 @@ class TestRowBookkeeping:
         rows.forget("A")
         assert rows.last_state_index == {}
 
+    def test_a_rows_new_entries_are_handed_out_with_their_nulls(self):
+        """vLLM's ``allocate_new_blocks`` returns ``req_blocks[prev_block_len:]``, the null padding
+        included (0.25.0 and 0.32.0 alike), so a connector's copy of the row keeps each block at its
+        position: the presets of 0.25 and 0.26 store a Mamba chunk from it (docs/hybrid.md)."""
+        rows = MambaRows(1, BlockPool(8, 4), 4)
+        table: list[int] = []
+        first = rows.allocate("A", table, 8)
+        grown = rows.allocate("A", table, 20)
+        assert first == [0, table[1]] and grown == [0, 0, table[4]] and table == first + grown
+
 
 class TestTheConnectorGetsTheStates:
     @pytest.mark.parametrize("scheduling", ["sync", "async"])

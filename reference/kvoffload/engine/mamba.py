@@ -64,17 +64,19 @@ class MambaRows:
 
     def allocate(self, req_id: str, table: list[BlockId], num_tokens: int) -> list[BlockId]:
         """Grow the row to ``num_tokens``: nulls up to the block before the last, one new block
-        at the last index; remember the previous state block (the hit's, for a new request)."""
+        at the last index; remember the previous state block (the hit's, for a new request).
+        Returns the row's new entries, its nulls too, as vLLM's ``new_block_ids`` carry them
+        (``allocate_new_blocks`` returns ``req_blocks[prev_block_len:]``)."""
         required = cdiv(num_tokens, self.block_size)
         if required <= len(table):
             return []
         if table:  # allocated before: its running state; entering with a hit: the hit's state
             self.last_state_index[req_id] = len(table) - 1
+        grown = len(table)
         if len(table) < required - 1:
             table.extend([NULL_BLOCK] * (required - 1 - len(table)))
-        fresh = self.pool.allocate(required - len(table))
-        table.extend(fresh)
-        return fresh
+        table.extend(self.pool.allocate(required - len(table)))
+        return table[grown:]
 
     # ---- remove_skipped_blocks ----------------------------------------------------------------
 

@@ -318,9 +318,10 @@ class KVOracle:
         bs, tpc = self.block_size, self.tokens_per_chunk
         fingerprints, blocks = self._fp[live.req_id], iter(job.gpu_block_ids)
         poisoned = []
-        for chunk, group, skip in zip(job.chunk_indices, job.chunk_groups, job.skips()):
+        counts = job.counts(tpc // bs)
+        for chunk, group, skip, count in zip(job.chunk_indices, job.chunk_groups, job.skips(), counts):
             start = chunk * tpc + skip * bs
-            chunk_blocks = np.asarray([next(blocks) for _ in range((tpc - skip * bs) // bs)], dtype=np.int64)
+            chunk_blocks = np.asarray([next(blocks) for _ in range(count)], dtype=np.int64)
             if group in self._state_groups:  # a state, not positions: checked below
                 continue
             slots = (chunk_blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
