@@ -91,34 +91,17 @@ def test_the_mamba_group_is_built_in_align_mode_for_the_scheduler_and_the_stock_
         scheduler.shutdown()
 
 
-@pytest.mark.parametrize("settings, refusal", [
-    ({"spec_tokens": 2}, "speculative decoding with a Mamba group"),
-    ({"scheduling": "async", "spec_tokens": 1}, "speculative decoding with a Mamba group"),
-])
-def test_what_is_not_built_is_refused_in_one_line(settings, refusal):
-    """The engine settings refuse it for both engines (EngineConfig), before vLLM is built."""
-    with pytest.raises(ConfigError, match=refusal):
-        build.kv_cache_groups(QWEN.replace(**settings))
-
-
-@pytest.mark.skipif(RELEASE < (0, 32, 0), reason="the refusal cites vLLM 0.32's code")
 @pytest.mark.parametrize("scheduling", ["sync", "async"])
-def test_the_refusal_names_what_vllm_runs_and_the_engines_lack(scheduling):
-    """vLLM 0.32 gives an n-gram drafter's tokens to ``VllmConfig.num_speculative_tokens``, the
-    count of state blocks ``MambaBase.get_kv_cache_spec`` adds to a Mamba layer's spec; the row's
-    and the worker's functions the refusal names are vLLM's own (docs/hybrid.md, "Not done yet")."""
-    from vllm.v1.core.single_type_kv_cache_manager import MambaManager
-    from vllm.v1.worker import mamba_utils
-
-    dense = EngineConfig(spec_tokens=3, scheduling=scheduling)
-    config = build.build_vllm_config(dense, ConnectorLoad(REFERENCE).transfer_config(dense, "stepped"), 256)
+def test_n_gram_drafts_give_the_mamba_group_a_state_block_per_draft_token(scheduling):
+    """vLLM gives a Mamba layer's spec ``num_speculative_blocks`` = the draft tokens whatever the
+    drafter (``MambaBase.get_kv_cache_spec`` reads ``VllmConfig.num_speculative_tokens``, which
+    n-gram sets): the build does the same, and vLLM's scheduler takes them."""
+    engine = QWEN.replace(spec_tokens=3, scheduling=scheduling)
+    config = build.build_vllm_config(engine, ConnectorLoad(REFERENCE).transfer_config(engine, "stepped"), 256)
     assert config.speculative_config.use_ngram() and config.num_speculative_tokens == 3
-    with pytest.raises(ConfigError) as refusal:
-        QWEN.replace(spec_tokens=3, scheduling=scheduling)
-    reason = str(refusal.value)
-    assert "\n" not in reason and "vLLM 0.32 runs it" in reason
-    for owner, name in ((MambaManager, "allocate_new_blocks"), (mamba_utils, "postprocess_mamba_align_gpu")):
-        assert name in reason and callable(getattr(owner, name))
+    mamba = build.kv_cache_groups(engine)[1].kv_cache_spec
+    assert type(mamba).__name__ == "MambaSpec" and mamba.num_speculative_blocks == 3
+    assert build.kv_cache_groups(QWEN)[1].kv_cache_spec.num_speculative_blocks == 0
 
 
 def test_a_connector_without_the_hybrid_manager_is_refused():

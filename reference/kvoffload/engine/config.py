@@ -79,20 +79,6 @@ class EngineConfig:
             if retention and not (model.has_sliding_window or model.has_mamba):
                 raise ConfigError(f"prefix_cache_retention_interval={retention} has no effect on model "
                                   f"{model.name!r}: it has no sliding-window or Mamba group")
-        if model.has_mamba and self.spec_tokens:
-            # vLLM 0.32 runs it, n-gram drafts included: a Mamba layer's spec gets a state block
-            # per draft token whatever the drafter (MambaBase.get_kv_cache_spec), which MambaManager
-            # holds after the running state and moves up as the row grows (allocate_new_blocks,
-            # _relocate_speculative_block), and the worker copies the state at a boundary that
-            # accepted drafts crossed into that boundary's block (postprocess_mamba_align_gpu).
-            # Neither engine builds either: the simulator's rows (engine/mamba.py) and the fake
-            # worker's state writes (vllm/model.py) know no drafts (docs/hybrid.md, "Not done yet").
-            raise ConfigError(f"model {model.name!r}: speculative decoding with a Mamba group is not modelled yet: "
-                              "vLLM 0.32 runs it with a speculative state block per draft token "
-                              "(MambaManager.allocate_new_blocks, vllm/v1/core/single_type_kv_cache_manager.py) "
-                              "and copies an accepted draft's boundary state into that boundary's block "
-                              "(postprocess_mamba_align_gpu, vllm/v1/worker/mamba_utils.py); "
-                              "neither engine builds them")
 
     @property
     def kv_model(self) -> ModelDescription:
