@@ -20,13 +20,13 @@ from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
 TRACK_CLASSES = ("TrackSharedPrefix", "TrackMultiTurn", "TrackSpecDecode", "TrackGptOssMultiTurn",
-                 "TrackGptOssSpecDecode", "TrackQwen3NextMultiTurn")
+                 "TrackGptOssSpecDecode", "TrackQwen3NextMultiTurn", "TrackQwen3NextSpecDecode")
 MEASURE_CLASSES = ("MeasureSharedPrefix", "MeasureMultiTurn", "MeasureSpecDecode", "MeasureGptOssMultiTurn",
-                   "MeasureGptOssSpecDecode", "MeasureQwen3NextMultiTurn")
+                   "MeasureGptOssSpecDecode", "MeasureQwen3NextMultiTurn", "MeasureQwen3NextSpecDecode")
 KINDS = ("shared-prefix", "multi-turn", "spec-decode", "gpt-oss-multi-turn", "gpt-oss-spec-decode",
-         "qwen3-next-multi-turn")
+         "qwen3-next-multi-turn", "qwen3-next-spec-decode")
 # The presets of vLLM 0.25-0.28 refuse a Mamba group (Fixes.check_model): skipped, not replayed.
-REFUSED = {"qwen3-next-multi-turn": ("vllm-0.25", "vllm-0.26")}
+REFUSED = {"qwen3-next-multi-turn": ("vllm-0.25", "vllm-0.26"), "qwen3-next-spec-decode": ("vllm-0.25", "vllm-0.26")}
 REPEAT = 2
 REPO = Path(__file__).resolve().parents[2]
 # No eligible continuation (prompt-only offload) or no store at all: a run may have no value.
