@@ -107,6 +107,8 @@ AGREEING_TODAY_FULL = {
     ("spec-decode", "async"): 388,
     ("gpt-oss-spec-decode", "sync"): 388,  # of 388
     ("gpt-oss-spec-decode", "async"): 388,
+    ("qwen3-next-spec-decode", "sync"): 388,  # of 388
+    ("qwen3-next-spec-decode", "async"): 388,
 }
 # The repro's connector-hit tokens, the same for the simulator, our connector and vLLM's (seed 0).
 FINISH_ORDER_REPRO = {("multi-turn-small cpu_chunks=32", "sync"): 640,
