@@ -119,7 +119,7 @@ FINISH_ORDER_REPRO = {("multi-turn-small cpu_chunks=32", "sync"): 640,
 DELAYS_APART = {("aborts-and-resets-small", "async"): 43,
                 # the same observer difference on qwen3-next: 53 chunks 1 step here, 9 or 19 there
                 ("aborts-and-resets-small model=qwen3-next", "async"): 53,
-                # one chunk 3 steps here, 1 there, every request and step alike (not traced yet)
+                # s09-t00's Mamba chunk 0: 3 steps here, 1 there (its block handed to s11-t00 at step 55)
                 ("qwen3-next-spec-decode-small prefix_cache_retention_interval=dense", "async"): 1}
 FULL = os.environ.get("KVOFFLOAD_DIFFERENTIAL_FULL") == "1"
 _table: list[str] = []
