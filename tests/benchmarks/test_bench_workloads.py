@@ -21,14 +21,14 @@ from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
 TRACK_CLASSES = ("TrackSharedPrefix", "TrackMultiTurn", "TrackSpecDecode", "TrackGptOssMultiTurn",
-                 "TrackGptOssSpecDecode", "TrackQwen3NextMultiTurn")
+                 "TrackGptOssSpecDecode", "TrackQwen3NextMultiTurn", "TrackQwen3NextSpecDecode")
 MEASURE_CLASSES = ("MeasureSharedPrefix", "MeasureMultiTurn", "MeasureSpecDecode", "MeasureGptOssMultiTurn",
-                   "MeasureGptOssSpecDecode", "MeasureQwen3NextMultiTurn")
+                   "MeasureGptOssSpecDecode", "MeasureQwen3NextMultiTurn", "MeasureQwen3NextSpecDecode")
 KINDS = ("shared-prefix", "multi-turn", "spec-decode", "gpt-oss-multi-turn", "gpt-oss-spec-decode",
-         "qwen3-next-multi-turn")
+         "qwen3-next-multi-turn", "qwen3-next-spec-decode")
 # A preset that refuses a model (Fixes.check_model) is skipped, not replayed. None refuses a bundled
 # model today: the refusal is planted for the presets that store a Mamba group from its block table.
-REFUSED = {"qwen3-next-multi-turn": ("vllm-0.25", "vllm-0.26")}
+REFUSED = {"qwen3-next-multi-turn": ("vllm-0.25", "vllm-0.26"), "qwen3-next-spec-decode": ("vllm-0.25", "vllm-0.26")}
 REASON = "planted: this preset's Mamba stores are not modelled"
 
 

@@ -91,14 +91,17 @@ def test_the_mamba_group_is_built_in_align_mode_for_the_scheduler_and_the_stock_
         scheduler.shutdown()
 
 
-@pytest.mark.parametrize("settings, refusal", [
-    ({"spec_tokens": 2}, "speculative decoding with a Mamba group"),
-    ({"scheduling": "async", "spec_tokens": 1}, "speculative decoding with a Mamba group"),
-])
-def test_what_is_not_built_is_refused_in_one_line(settings, refusal):
-    """The engine settings refuse it for both engines (EngineConfig), before vLLM is built."""
-    with pytest.raises(ConfigError, match=refusal):
-        build.kv_cache_groups(QWEN.replace(**settings))
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_n_gram_drafts_give_the_mamba_group_a_state_block_per_draft_token(scheduling):
+    """vLLM gives a Mamba layer's spec ``num_speculative_blocks`` = the draft tokens whatever the
+    drafter (``MambaBase.get_kv_cache_spec`` reads ``VllmConfig.num_speculative_tokens``, which
+    n-gram sets): the build does the same, and vLLM's scheduler takes them."""
+    engine = QWEN.replace(spec_tokens=3, scheduling=scheduling)
+    config = build.build_vllm_config(engine, ConnectorLoad(REFERENCE).transfer_config(engine, "stepped"), 256)
+    assert config.speculative_config.use_ngram() and config.num_speculative_tokens == 3
+    mamba = build.kv_cache_groups(engine)[1].kv_cache_spec
+    assert type(mamba).__name__ == "MambaSpec" and mamba.num_speculative_blocks == 3
+    assert build.kv_cache_groups(QWEN)[1].kv_cache_spec.num_speculative_blocks == 0
 
 
 def test_a_connector_without_the_hybrid_manager_is_refused():
