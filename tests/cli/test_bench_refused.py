@@ -1,5 +1,5 @@
-"""kvoffload bench on a workload a preset refuses: the presets of vLLM 0.25-0.28 cannot replay a
-Mamba group (``Fixes.check_model``, docs/hybrid.md). Their rows of qwen3-next-multi-turn are in
+"""kvoffload bench on a workload a preset refuses (``Fixes.model_refusal``, planted: every preset
+replays every bundled model today, docs/hybrid.md). The refused rows of qwen3-next-multi-turn are in
 the table as refused, with the reason under it and in the summary, and nothing is replayed or
 written for them; the bench goes on with the other rows. The replays are stubbed with one real
 outcome (the table and the files are what is under test)."""
@@ -11,15 +11,21 @@ import json
 import kvoffload.cli.bench
 from kvoffload.cli import main
 from kvoffload.cli.bench import BENCH_CONNECTORS
+from kvoffload.core.fixes import Fixes, MambaStores
 from kvoffload.runner import ConnectorChoice, replay_workload
 from kvoffload.workloads import load_workload
 
-REASON = ("model 'qwen3-next': this preset's release stored Mamba states from the block table (vLLM "
-          "0.25-0.28)")
+REASON = "planted: this preset's Mamba stores are not modelled"
+
+def planted_refusal(self, model):
+    """No preset refuses a bundled model any more (``Fixes.model_refusal``): the path is planted
+    here, for the presets that store a Mamba group from its block table."""
+    return REASON if model.has_mamba and self.rules.mamba_stores is MambaStores.BLOCK_TABLE else None
 
 
 def test_the_presets_that_cannot_replay_a_mamba_group_are_rows_refused_with_the_reason(capsys, tmp_path,
                                                                                       monkeypatch):
+    monkeypatch.setattr(Fixes, "model_refusal", planted_refusal)
     outcome = replay_workload(load_workload("qwen3-next-multi-turn-small"), ConnectorChoice.build())
     replayed = []
 

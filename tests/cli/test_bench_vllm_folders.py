@@ -43,7 +43,7 @@ def test_each_engine_benches_into_its_own_folder_by_default():
 
 
 WORKLOADS = ("aborts-and-resets", "gpt-oss-multi-turn", "gpt-oss-spec-decode", "multi-turn", "qwen3-next-multi-turn",
-             "shared-prefix", "spec-decode")  # kvoffload bench's, sorted
+             "qwen3-next-spec-decode", "shared-prefix", "spec-decode")  # kvoffload bench's, sorted
 
 
 def test_the_vllm_scheduler_bench_leaves_a_folder_report_draws(stand_in_engines, tmp_path, monkeypatch, capsys):

@@ -1,18 +1,23 @@
-"""``kvoffload releases`` on a workload a preset cannot replay: the presets of vLLM 0.25-0.28
-refuse a Mamba group (``Fixes.check_model``, docs/hybrid.md), in the simulator and, with the
-reference, in those releases' own schedulers. The release's stock connector still runs there, so
-its row keeps the release's side and says why nothing stands beside it; no second pass is asked
-for; a second pass the release's scheduler refused says why it was not run."""
+"""``kvoffload releases`` on a workload a preset cannot replay (``Fixes.model_refusal``, planted:
+every preset replays every bundled model today, docs/hybrid.md). The release's stock connector
+still runs, so its row keeps the release's side and says why nothing stands beside it; no second
+pass is asked for; a second pass the release's scheduler refused says why it was not run."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvoffload.cli.releases import _table
+from kvoffload.core.fixes import Fixes, MambaStores
 from kvoffload.releases import SimulatorRow, compare, needs_second_pass, releases_markdown, simulator_row
 
 WORKLOAD = "qwen3-next-multi-turn-small"
-REASON = "model 'qwen3-next': this preset's release stored Mamba states from the block table"
+REASON = "planted: this preset's Mamba stores are not modelled"
+
+def planted_refusal(self, model):
+    """No preset refuses a bundled model any more (``Fixes.model_refusal``): the path is planted
+    here, for the presets that store a Mamba group from its block table."""
+    return REASON if model.has_mamba and self.rules.mamba_stores is MambaStores.BLOCK_TABLE else None
 
 
 def release_row(first, metrics=None):
@@ -21,15 +26,18 @@ def release_row(first, metrics=None):
 
 
 @pytest.mark.parametrize("preset", ["vllm-0.25", "vllm-0.26"])
-def test_the_simulator_row_of_a_refusing_preset_is_its_reason_not_a_crash(preset):
+def test_the_simulator_row_of_a_refusing_preset_is_its_reason_not_a_crash(preset, monkeypatch):
+    monkeypatch.setattr(Fixes, "model_refusal", planted_refusal)
     row = simulator_row(WORKLOAD, "sync", preset)
     assert row.refused.startswith(REASON) and row.metrics == {} and row.first_admission == {}
 
 
-def test_the_presets_that_can_replay_it_still_do():
-    row = simulator_row(WORKLOAD, "sync", "vllm-0.29")
+@pytest.mark.parametrize("preset", ["vllm-0.25", "vllm-0.29"])
+def test_the_presets_replay_it(preset):
+    """0.25's stores a Mamba group from its block table, 0.29's from the hand-off (docs/hybrid.md)."""
+    row = simulator_row(WORKLOAD, "sync", preset)
     assert row.refused is None and row.first_admission and row.metrics["requests"] == 53
-    assert row.metrics["poisoned_loads"] == 0
+    assert row.metrics["poisoned_loads"] == 0 and row.metrics["offload_hit_rate"] > 0
 
 
 def test_a_refused_preset_leaves_the_releases_side_and_the_reason():

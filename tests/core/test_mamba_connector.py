@@ -1,6 +1,6 @@
 """The reference connector and a Mamba group in align mode (core/hybrid.py, core/hybrid_stores.py):
 vLLM 0.32's rules for ``qwen3-next``, one story each (docs/hybrid.md, "The reference connector
-and Mamba").
+and Mamba"), then vLLM 0.25-0.28's block-table stores (the presets of 0.25 and 0.26).
 
 Full attention (group 0) and Mamba (group 1), block size 4. A Mamba state block holds the
 state after every token before its boundary; the engine offers the states it cached in a step
@@ -13,10 +13,21 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.core.fixes import Fixes
+from kvoffload.core.fixes import PRESETS, Fixes, MambaStores, ReleaseRules
 from kvoffload.core.hybrid import HybridConnectorScheduler, connector_scheduler
 from kvoffload.core.request import Request
-from kvoffload.core.types import ConnectorConfig, RequestStatus, SchedulerOutput, TransferResult
+from kvoffload.core.types import (
+    ConnectorConfig,
+    ConnectorCrash,
+    RequestStatus,
+    SchedulerOutput,
+    TransferJob,
+    TransferKind,
+    TransferResult,
+    packed_chunks,
+)
+from kvoffload.worker.copy import plan_copy
+from kvoffload.worker.kv import KVCache
 
 EOS = 50256
 
@@ -150,18 +161,82 @@ class TestLookup:
         assert served(engine, "B", prompt(8) + prompt(6, seed=3)) == 8
 
 
-def test_a_preset_of_a_release_without_the_boundary_hand_off_refuses_a_mamba_group():
-    """vLLM 0.25-0.28 stored a Mamba state from the block table, not from the scheduler's
-    hand-off the reference follows: their presets refuse qwen3-next in one line rather than
-    replay a release that never was; 0.29's and 0.30's run it, and 0.25's runs a dense model."""
-    from kvoffload.core.model import model_named
-    from kvoffload.core.types import ConfigError
+# ---- the presets of vLLM 0.25 and 0.26: MambaStores.BLOCK_TABLE (core/fixes.py) --------------
+# vLLM 0.25-0.28 stored a Mamba group from its block table, as a window of one chunk: every chunk
+# under the watermark whose last block is not null, with every non-null block of it; the worker
+# laid a job's blocks of the group one after another from the first one's sub-block
+# (GPULoadStoreSpec's group_sizes and block_indices, cpu/gpu_worker.py's transfer_async). The
+# engine's boundary-state offers (vLLM 0.29+) are not read.
 
-    mamba = ConnectorConfig(block_size=4, cpu_chunks=32, model="qwen3-next")
-    for name in ("vllm-0.25", "vllm-0.26"):
-        with pytest.raises(ConfigError, match="^model 'qwen3-next': this preset's release stored Mamba states "
-                                              "from the block table"):
-            connector_scheduler(mamba, Fixes.preset(name))
-    for name in ("vllm-0.29", "vllm-0.30"):
-        assert isinstance(connector_scheduler(mamba, Fixes.preset(name)), HybridConnectorScheduler)
-    Fixes.preset("vllm-0.25").check_model(model_named("dense"))
+OLD = ("vllm-0.25", "vllm-0.26")
+
+
+def test_the_presets_of_0_25_and_0_26_store_mamba_from_the_block_table_the_others_from_the_hand_off():
+    rules = {name: preset.rules.mamba_stores for name, preset in PRESETS.items()}
+    assert rules == {name: MambaStores.BLOCK_TABLE if name in OLD else MambaStores.BOUNDARY_HAND_OFF
+                     for name in PRESETS}
+    assert ReleaseRules().mamba_stores is MambaStores.BOUNDARY_HAND_OFF
+
+
+@pytest.mark.parametrize("preset", OLD)
+def test_a_mamba_chunk_is_stored_from_the_table_in_the_requests_job_and_the_offer_is_not_read(preset):
+    """16 tokens in one step, Mamba row [0, 0, 0, 9]: chunk 0 ends on a null block (skipped),
+    chunk 1 is stored from its last block 9 in the request's one job, beside full attention's
+    two chunks; the state at 8 the engine offers (block 7) is not stored."""
+    engine = Mamba(bpc=2, fixes=Fixes.preset(preset))
+    plan = engine.prefill("A", prompt(16), [1, 2, 3, 4], [0, 0, 0, 9], offers=[(1, 7, 8)], finish_jobs=False)
+    assert stored(plan) == [(0, 0, (1, 2, 3, 4, 9)), (0, 1, (1, 2, 3, 4, 9)), (1, 1, (1, 2, 3, 4, 9))]
+    (job,) = plan.store_jobs
+    assert job.chunk_skips == (0, 0, 1) and job.chunk_counts == (2, 2, 1)
+    # a Mamba block is fenced from the job's creation (0.25's sliding_window_block_ids), full attention's later
+    assert engine.connector.jobs.stores_reading({9}) == {job.job_id}
+    assert engine.connector.jobs.stores_reading({1}) == set()
+
+
+def test_the_reference_stores_the_offer_and_no_mamba_block_from_the_table():
+    """The same step with vLLM 0.29+'s rule: the offered state in a job of its own, block 9 never."""
+    engine = Mamba(bpc=2)
+    plan = engine.prefill("A", prompt(16), [1, 2, 3, 4], [0, 0, 0, 9], offers=[(1, 7, 8)])
+    assert [(group, chunk) for group, chunk, _ in stored(plan)] == [(1, 0), (0, 0), (0, 1)]
+
+
+def test_two_states_in_one_job_are_packed_as_vllms_worker_did_one_a_sub_block_early():
+    """Mamba row [0, 6, 0, 9] (the state at 8 still in the table): both chunks are stored in one
+    job; the worker lays blocks 6 and 9 from sub-block 1 of chunk 0 on, so 9 lands in sub-block 0
+    of chunk 1, and sub-block 1, which a load of chunk 1 reads, is never written: vLLM 0.25's bug."""
+    engine = Mamba(bpc=2, fixes=Fixes.preset("vllm-0.25"))
+    plan = engine.prefill("A", prompt(16), [1, 2, 3, 4], [0, 6, 0, 9], finish_jobs=False)
+    (job,) = plan.store_jobs
+    assert job.chunk_groups == (0, 0, 1, 1) and job.gpu_block_ids == (1, 2, 3, 4, 6, 9)
+    assert job.chunk_skips[2:] == (1, 0) and job.chunk_counts[2:] == (1, 1)
+    kv = KVCache(num_gpu_blocks=16, block_size=4, num_cpu_chunks=8, blocks_per_chunk=2, slot_bytes=8)
+    mamba_slots = job.chunk_slots[2:]
+    assert plan_copy(kv, job, TransferKind.STORE).tier_rows[4:] == (mamba_slots[0] * 2 + 1, mamba_slots[1] * 2)
+
+
+def test_states_that_fill_fewer_slots_than_their_chunks_crash_as_vllms_worker_asserted():
+    """Row [0, 5, 0, 6, 0, 9]: three chunks, three blocks from sub-block 1 fill two slots; the
+    worker's ``assert dst_offset == num_dst_blocks`` failed and took the engine down."""
+    engine = Mamba(bpc=2, fixes=Fixes.preset("vllm-0.25"))
+    with pytest.raises(ConnectorCrash, match="3 blocks packed from sub-block 1 fill 2 chunks, 3 given"):
+        engine.prefill("A", prompt(24), [1, 2, 3, 4, 7, 8], [0, 5, 0, 6, 0, 9])
+
+
+@pytest.mark.parametrize("blocks, skip, layout", [
+    (1, 1, ([1], [1])),
+    (2, 1, ([1, 0], [1, 1])),
+    (5, 0, ([0, 0, 0], [2, 2, 1])),
+    (4, 1, ([1, 0, 0], [1, 2, 1])),
+])
+def test_packed_chunks_fills_chunks_one_after_another(blocks, skip, layout):
+    assert packed_chunks(blocks, skip, 2) == layout
+
+
+def test_a_copy_with_counts_writes_only_the_counted_sub_blocks():
+    """chunk_counts stops a chunk early: the rows copied, and a count past the chunk refused."""
+    kv = KVCache(num_gpu_blocks=8, block_size=4, num_cpu_chunks=4, blocks_per_chunk=2, slot_bytes=8)
+    job = TransferJob(1, "A", TransferKind.STORE, (5, 6), (2, 3), (0, 1), chunk_groups=(1, 1),
+                      chunk_skips=(1, 0), chunk_counts=(1, 1))
+    assert plan_copy(kv, job, TransferKind.STORE).tier_rows == (5, 6)
+    with pytest.raises(Exception, match="chunk_counts=\\(2, 1\\)"):
+        plan_copy(kv, job._replace(gpu_block_ids=(5, 6, 7), chunk_counts=(2, 1)), TransferKind.STORE)

@@ -14,9 +14,8 @@ import pytest
 
 from kvoffload.core.keys import group_key
 from kvoffload.core.model import model_named
-from kvoffload.core.types import NULL_BLOCK, ConfigError
+from kvoffload.core.types import NULL_BLOCK
 from kvoffload.engine.block_pool import BlockPool
-from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.engine import Engine
 from kvoffload.engine.kv_groups import HybridKV
 from kvoffload.engine.mamba import MambaRows, aligned_split
@@ -79,15 +78,10 @@ class TestStateBlocks:
         assert out.num_scheduled_tokens == {"A": 40}
 
     def test_a_decode_step_spec_reservation_leaves_the_mamba_group_out(self):
-        """_spec_decode_step_blocks counts only non-Mamba groups (both engines refuse speculative
-        decoding with a Mamba group, so HybridKV is built here from a bare config)."""
+        """_spec_decode_step_blocks counts only non-Mamba groups (HybridKV built from a bare config)."""
         config = SimpleNamespace(kv_model=model_named("qwen3-next"), block_size=4, scheduling="sync",
                                  prefix_cache_retention_interval=0, max_num_batched_tokens=64, spec_tokens=3)
         assert HybridKV(config, BlockPool(8, 4)).spec_step_blocks == 1
-
-    def test_speculative_decoding_with_a_mamba_group_is_refused_in_one_line(self):
-        with pytest.raises(ConfigError, match="^model 'qwen3-next': speculative decoding with a Mamba group"):
-            EngineConfig(model="qwen3-next", spec_tokens=2)
 
 
 class TestAlignedSplit:
@@ -220,6 +214,16 @@ class TestRowBookkeeping:
         assert rows.last_state_index == {"A": 1}
         rows.forget("A")
         assert rows.last_state_index == {}
+
+    def test_a_rows_new_entries_are_handed_out_with_their_nulls(self):
+        """vLLM's ``allocate_new_blocks`` returns ``req_blocks[prev_block_len:]``, the null padding
+        included (0.25.0 and 0.32.0 alike), so a connector's copy of the row keeps each block at its
+        position: the presets of 0.25 and 0.26 store a Mamba chunk from it (docs/hybrid.md)."""
+        rows = MambaRows(1, BlockPool(8, 4), 4)
+        table: list[int] = []
+        first = rows.allocate("A", table, 8)
+        grown = rows.allocate("A", table, 20)
+        assert first == [0, table[1]] and grown == [0, 0, table[4]] and table == first + grown
 
 
 class TestTheConnectorGetsTheStates:

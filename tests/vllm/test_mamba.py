@@ -23,7 +23,7 @@ from kvoffload.vllm.compat import RELEASE  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
-# The reference stores Mamba states from the scheduler's boundary-state hand-off (vLLM 0.29+) and
+# The reference (no preset) stores Mamba states from the scheduler's boundary-state hand-off (vLLM 0.29+) and
 # refuses older releases in one line (test_before_029_the_reference_refuses_a_mamba_group).
 REFERENCE_HERE = pytest.mark.skipif(RELEASE < (0, 29, 0), reason="the reference needs vLLM 0.29's boundary states")
 REFERENCE_CASE = pytest.param(REFERENCE, marks=REFERENCE_HERE)
@@ -91,14 +91,17 @@ def test_the_mamba_group_is_built_in_align_mode_for_the_scheduler_and_the_stock_
         scheduler.shutdown()
 
 
-@pytest.mark.parametrize("settings, refusal", [
-    ({"spec_tokens": 2}, "speculative decoding with a Mamba group"),
-    ({"scheduling": "async", "spec_tokens": 1}, "speculative decoding with a Mamba group"),
-])
-def test_what_is_not_built_is_refused_in_one_line(settings, refusal):
-    """The engine settings refuse it for both engines (EngineConfig), before vLLM is built."""
-    with pytest.raises(ConfigError, match=refusal):
-        build.kv_cache_groups(QWEN.replace(**settings))
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_n_gram_drafts_give_the_mamba_group_a_state_block_per_draft_token(scheduling):
+    """vLLM gives a Mamba layer's spec ``num_speculative_blocks`` = the draft tokens whatever the
+    drafter (``MambaBase.get_kv_cache_spec`` reads ``VllmConfig.num_speculative_tokens``, which
+    n-gram sets): the build does the same, and vLLM's scheduler takes them."""
+    engine = QWEN.replace(spec_tokens=3, scheduling=scheduling)
+    config = build.build_vllm_config(engine, ConnectorLoad(REFERENCE).transfer_config(engine, "stepped"), 256)
+    assert config.speculative_config.use_ngram() and config.num_speculative_tokens == 3
+    mamba = build.kv_cache_groups(engine)[1].kv_cache_spec
+    assert type(mamba).__name__ == "MambaSpec" and mamba.num_speculative_blocks == 3
+    assert build.kv_cache_groups(QWEN)[1].kv_cache_spec.num_speculative_blocks == 0
 
 
 def test_a_connector_without_the_hybrid_manager_is_refused():
@@ -210,3 +213,46 @@ def test_before_029_the_reference_refuses_a_mamba_group_in_one_line():
     Mamba state and serve nothing, so it says so instead (and the K18 gate skips with this line)."""
     with pytest.raises(ConfigError, match=r"^KVOffloadConnector: model 'qwen3-next': vLLM 0\.2[5-8]\.\d's scheduler hands"):
         k18_story("sync", connector=REFERENCE)
+
+
+def test_the_stock_worker_lays_a_groups_blocks_one_after_another_as_vllms_does():
+    """vLLM's worker (``transfer_async``, cpu/gpu_worker.py) lays each group's blocks one after
+    another from ``block_indices[g] % blocks_per_chunk``: two Mamba states of one 0.25 store job
+    from sub-block 1 put the second in sub-block 0 of its chunk (docs/hybrid.md, "The releases");
+    blocks that fill fewer chunks than the job's slots fail the worker's own assertion."""
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec
+    from vllm.v1.kv_offload.cpu.common import CPULoadStoreSpec
+
+    from kvoffload.core.types import TransferKind
+    from kvoffload.vllm.stock import HandlerOffloadingWorker
+
+    worker = HandlerOffloadingWorker(None, 2)
+    gpu = GPULoadStoreSpec([1, 2, 3, 4, 6, 9], group_sizes=[4, 2], block_indices=[0, 1])
+    job = worker._job(7, TransferKind.STORE, gpu, CPULoadStoreSpec([10, 11, 12, 13]))
+    assert job.chunk_groups == (0, 0, 1, 1) and job.chunk_slots == (10, 11, 12, 13)
+    assert job.chunk_skips == (0, 0, 1, 0) and job.chunk_counts == (2, 2, 1, 1)
+    with pytest.raises(AssertionError, match="job 7: its groups' blocks fill 4 chunks, 5 given"):
+        worker._job(7, TransferKind.STORE, gpu, CPULoadStoreSpec([10, 11, 12, 13, 14]))
+
+
+@pytest.mark.skipif(not (0, 25, 0) <= RELEASE < (0, 27, 0), reason="the presets of 0.25 and 0.26 in their releases")
+@pytest.mark.parametrize("scheduling", ["sync", "async"])
+def test_the_releases_preset_stores_a_mamba_group_as_its_stock_connector(scheduling):
+    """In 0.25's and 0.26's own schedulers the reference with the release's preset
+    (``MambaStores.BLOCK_TABLE``) admits, serves and finishes every request of
+    qwen3-next-multi-turn-small as the stock connector, every metric alike but the timings
+    (0.26.0 crashing at the same step, #49118): the release table's second pass."""
+    import vllm
+
+    from kvoffload.releases import PRESET_OF
+    from kvoffload.vllm.rows import release_row
+
+    stock = release_row("qwen3-next-multi-turn-small", scheduling)
+    ours = release_row("qwen3-next-multi-turn-small", scheduling, preset=PRESET_OF[vllm.__version__])
+    assert ours["first_admission"] == stock["first_admission"] and ours["steps"] == stock["steps"]
+    timings = {"connector_us_per_step", "copy_gb_per_s", "sim_requests_per_s"}
+    assert {k: ours["metrics"][k] for k in stock["metrics"] if k not in timings} == \
+           {k: v for k, v in stock["metrics"].items() if k not in timings}
+    assert stock["metrics"]["offload_hit_rate"] > 0.2
+    assert (ours["error"] is None) == (stock["error"] is None) and (ours["error"] or {}).get("step") == \
+           (stock["error"] or {}).get("step")

@@ -118,6 +118,21 @@ class WindowRules(enum.Enum):
     REACHABLE_CHUNKS = "reachable-chunks"
 
 
+class MambaStores(enum.Enum):
+    """Where the connector takes a Mamba group's (align mode) states to store (docs/hybrid.md,
+    "The releases")."""
+
+    # vLLM 0.25-0.28: from the block table, the group a window of one chunk: every chunk under
+    # the watermark whose last block is not null, with every non-null block of it; a job packs
+    # the group's blocks one after another from the first one's sub-block (GPULoadStoreSpec's
+    # group_sizes and block_indices, read by cpu/gpu_worker.py's transfer_async), so a second
+    # state in one job lands a sub-block early and a load reads a stale one.
+    BLOCK_TABLE = "block-table"
+    # vLLM 0.29+: only the states the scheduler hands off at a chunk's end, one job each
+    # (offloading/scheduler.py _build_aligned_boundary_store_jobs).
+    BOUNDARY_HAND_OFF = "boundary-hand-off"
+
+
 @dataclass(frozen=True)
 class ReleaseRules:
     """Connector behaviour that differs between vLLM releases without being a fix flag."""
@@ -128,11 +143,7 @@ class ReleaseRules:
     # has written so far and offers the chunks past it again.
     store_cursor_monotonic: bool = True
     windows: WindowRules = WindowRules.REACHABLE_CHUNKS
-    # vLLM 0.29+ stores a Mamba state only from the scheduler's boundary-state hand-off (0.29.0
-    # offloading/scheduler.py _build_aligned_boundary_store_jobs); 0.25-0.28 stored it from the
-    # block table like a window of one chunk, which the reference does not model: with False it
-    # refuses a Mamba group in one line instead of replaying a release that never was.
-    mamba_boundary_hand_off: bool = True
+    mamba_stores: MambaStores = MambaStores.BOUNDARY_HAND_OFF
 
 
 @dataclass(frozen=True)
@@ -161,11 +172,9 @@ class Fixes:
 
     def model_refusal(self, model) -> str | None:
         """Why these release rules cannot replay ``model`` (its ``ModelDescription``), in one line;
-        None when they can. The bench, the gate and the release table show such a run as refused."""
-        if model.has_mamba and not self.rules.mamba_boundary_hand_off:
-            return (f"model {model.name!r}: this preset's release stored Mamba states from the block "
-                    "table (vLLM 0.25-0.28), which the reference does not model; it stores them from "
-                    "vLLM 0.29's boundary-state hand-off (a preset of vLLM 0.29 or later can run it)")
+        None when they can. The bench, the gate and the release table show such a run as refused.
+        Every preset replays every bundled model since those of vLLM 0.25 and 0.26 store a Mamba
+        group from its block table (``MambaStores``); a rule that cannot replay a model says so here."""
         return None
 
     def check_model(self, model) -> None:
@@ -214,13 +223,13 @@ _PRESET_LIST: tuple[Preset, ...] = (
         "storable_within_allocated",
         "reset_clears_request_jobs",
     ), ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, store_cursor_monotonic=False,
-                    windows=WindowRules.EVERY_CHUNK, mamba_boundary_hand_off=False)),
+                    windows=WindowRules.EVERY_CHUNK, mamba_stores=MambaStores.BLOCK_TABLE)),
     Preset("vllm-0.26", "0.26.0", (
         "deferred_finish_signal",
         "final_token_watermark",
         "aborted_watermark",
         "storable_within_allocated",
-    ), dataclasses.replace(_UP_TO_0_29, mamba_boundary_hand_off=False)),
+    ), dataclasses.replace(_UP_TO_0_29, mamba_stores=MambaStores.BLOCK_TABLE)),
     Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_29),
     Preset("vllm-0.30", "0.30.0", (), _UP_TO_0_30),
 )
@@ -239,12 +248,12 @@ def fix_flags_markdown() -> str:
     for info in FIX_INFO:
         lacking = ", ".join(presets_lacking(info.name)) or "(no preset)"
         lines.append(f"| `{info.name}` | {info.rule} | {info.reproduces} | {info.first_release} | {lacking} |")
-    lines += ["", "| preset | release | recency | store cursor |", "|---|---|---|---|"]
+    lines += ["", "| preset | release | recency | store cursor | Mamba states stored from |", "|---|---|---|---|---|"]
     for name, release, rules in [(p.name, p.release, p.rules) for p in PRESETS.values()] + [
             ("reference", "0.32.0", Fixes().rules)]:
         cursor = "never moves back" if rules.store_cursor_monotonic else "may move back"
         label = f"`{name}`" if name in PRESETS else name
-        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} |")
+        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} | {rules.mamba_stores.value} |")
     return "\n".join(lines)
 
 

@@ -15,11 +15,13 @@ in place, so a table entry holds a boundary's state only until the next forward.
 advances with the others', and its states are stored from the engine's hand-off
 (``SchedulerOutput.boundary_states``) before the step's other stores, one job per state (vLLM 0.32
 ``_build_aligned_boundary_store_jobs``; docs/hybrid.md, "The reference connector and Mamba").
+vLLM 0.25-0.28 stored it from the block table as a window of one chunk, its blocks packed one after
+another in the job (``MambaStores.BLOCK_TABLE``, ``packed_chunks``; docs/hybrid.md, "The releases").
 """
 
 from __future__ import annotations
 
-from kvoffload.core.fixes import WindowRules
+from kvoffload.core.fixes import MambaStores, WindowRules
 from kvoffload.core.keys import refresh_group_keys
 from kvoffload.core.model import GroupKind, KVCacheGroup
 from kvoffload.core.request_state import RequestState
@@ -33,6 +35,7 @@ from kvoffload.core.types import (
     SchedulerOutput,
     TransferJob,
     TransferKind,
+    packed_chunks,
 )
 
 
@@ -46,6 +49,8 @@ class HybridStorePlanner(StorePlanner):
         self._masked = fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._sliding = [group.kind is GroupKind.SLIDING_WINDOW for group in groups]
         self._mamba = [group.kind is GroupKind.MAMBA for group in groups]
+        # vLLM 0.25-0.28 stored a Mamba group from its block table (ReleaseRules.mamba_stores)
+        self._mamba_from_table = fixes.rules.mamba_stores is MambaStores.BLOCK_TABLE
         self._retention = config.prefix_cache_retention_interval
         # Loads are aligned to full attention's chunks: a window's blocks are reachable relative
         # to them (SchedulerOffloadConfig.alignment_tokens).
@@ -54,7 +59,7 @@ class HybridStorePlanner(StorePlanner):
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
         jobs: list[TransferJob] = []
-        for req_id, offers in out.boundary_states.items():
+        for req_id, offers in () if self._mamba_from_table else out.boundary_states.items():
             state = requests.get(req_id)
             if state is not None:
                 self._store_boundary_states(state, offers, jobs)
@@ -115,7 +120,7 @@ class HybridStorePlanner(StorePlanner):
         for g, group in enumerate(state.groups):
             start, end = group.next_stored_chunk, self._storable(state, g, watermark)
             ranges.append((start, end))
-            if end <= start or self._mamba[g]:  # a Mamba state: only from the hand-off
+            if end <= start or (self._mamba[g] and not self._mamba_from_table):  # only from the hand-off
                 continue
             keys = group.offload_keys[start:end]
             last_blocks = group.block_ids[start * bpc + bpc - 1:end * bpc:bpc]
@@ -146,22 +151,30 @@ class HybridStorePlanner(StorePlanner):
             state.crash_on_stale_jobs("_build_store_jobs")
         slot_of = dict(zip(prepared.keys_to_store, prepared.slots))
         source, early, slots, indices, chunk_groups, skips = [], [], [], [], [], []
+        counts: list[int] = []
         for g, ((start, end), group) in enumerate(zip(ranges, state.groups)):
+            packs, group_start, first = self._mamba[g], len(slots), 0  # only BLOCK_TABLE stores Mamba here
             for chunk in range(start, end):
                 slot = slot_of.get(group.offload_keys[chunk])
                 if slot is None:
                     continue
                 blocks = group.block_ids[chunk * bpc:(chunk + 1) * bpc]
                 held = [block for block in blocks if block != NULL_BLOCK]
-                if blocks[bpc - len(held):] != held:
+                if not packs and blocks[bpc - len(held):] != held:
                     raise ConnectorCrash(f"{req.req_id!r} group {g} chunk {chunk}: a null block amid its blocks")
+                if len(slots) == group_start:
+                    first = next(i for i, block in enumerate(blocks) if block != NULL_BLOCK)
                 source.extend(held)
-                if self._sliding[g]:
+                if self._sliding[g] or packs:
                     early.extend(held)
                 slots.append(slot)
                 indices.append(chunk)
                 chunk_groups.append(g)
                 skips.append(bpc - len(held))
+                counts.append(len(held))
+            if packs and len(slots) > group_start:
+                skips[group_start:], counts[group_start:] = self._packed(req.req_id, g, sum(counts[group_start:]),
+                                                                         first, len(slots) - group_start)
             group.next_stored_chunk = max(group.next_stored_chunk, end) if self._cursor_monotonic else end
         self._cursor_moved.append(state)
         job_id = self.jobs.add_store(req.req_id, tuple(prepared.keys_to_store), tuple(source),
@@ -171,7 +184,18 @@ class HybridStorePlanner(StorePlanner):
         self.stats.store_jobs += 1
         self.stats.chunks_stored += len(slots)
         jobs.append(TransferJob(job_id, req.req_id, TransferKind.STORE, tuple(source), tuple(slots),
-                                tuple(indices), chunk_groups=tuple(chunk_groups), chunk_skips=tuple(skips)))
+                                tuple(indices), chunk_groups=tuple(chunk_groups), chunk_skips=tuple(skips),
+                                chunk_counts=tuple(counts) if self._mamba_from_table else ()))
+
+    def _packed(self, req_id: ReqId, g: int, num_blocks: int, first: int, num_chunks: int):
+        """vLLM 0.25-0.28's layout of a Mamba group's blocks in its ``num_chunks`` slots
+        (:func:`packed_chunks`); a layout needing another number of slots fails the worker's
+        ``assert dst_offset == num_dst_blocks`` (cpu/gpu_worker.py, ``transfer_async``)."""
+        layout = packed_chunks(num_blocks, first, self._bpc)
+        if len(layout[0]) != num_chunks:
+            raise ConnectorCrash(f"{req_id!r} group {g}: {num_blocks} blocks packed from sub-block {first} fill "
+                                 f"{len(layout[0])} chunks, {num_chunks} given (assert dst_offset == num_dst_blocks)")
+        return layout
 
     def _advance(self, state: RequestState, ranges: list[tuple[int, int]]) -> None:
         """``advance_stored_idx``: nothing to store below the watermark, in any group (vLLM 0.25

@@ -170,7 +170,10 @@ class TransferJob(NamedTuple):
     ``chunk_groups[i]`` is the group of chunk i, and ``chunk_skips[i]`` the leading sub-blocks of
     chunk i that are not copied (a sliding window's blocks already behind it, or a partial GPU hit),
     as vLLM's ``GPULoadStoreSpec`` says with ``group_sizes`` and ``block_indices``. Both empty:
-    every chunk is group 0's and only the first skips, ``skip_blocks``.
+    every chunk is group 0's and only the first skips, ``skip_blocks``. ``chunk_counts[i]``, when
+    given, is how many sub-blocks chunk i copies from its skip on (empty: up to the chunk's end): a
+    group's last chunk may stop early where vLLM's worker packs a group's blocks one after another
+    (``MambaStores.BLOCK_TABLE``, core/fixes.py).
 
     Immutable like the dataclasses around it, but a NamedTuple: the scheduler builds one per
     store on its hot path, and a frozen dataclass costs several times more to construct.
@@ -185,6 +188,7 @@ class TransferJob(NamedTuple):
     skip_blocks: int = 0
     chunk_groups: tuple[int, ...] = ()
     chunk_skips: tuple[int, ...] = ()
+    chunk_counts: tuple[int, ...] = ()
 
     def skips(self) -> tuple[int, ...]:
         """The leading sub-blocks not copied, per chunk."""
@@ -192,9 +196,28 @@ class TransferJob(NamedTuple):
             return self.chunk_skips
         return (self.skip_blocks,) + (0,) * (len(self.chunk_slots) - 1)
 
+    def counts(self, blocks_per_chunk: int) -> tuple[int, ...]:
+        """The sub-blocks copied, per chunk."""
+        if self.chunk_counts:
+            return self.chunk_counts
+        return tuple(blocks_per_chunk - skip for skip in self.skips())
+
     @property
     def is_store(self) -> bool:
         return self.kind is TransferKind.STORE
+
+
+def packed_chunks(num_blocks: int, skip: int, blocks_per_chunk: int) -> tuple[list[int], list[int]]:
+    """Per chunk, the leading sub-blocks skipped and the sub-blocks copied, for ``num_blocks`` GPU
+    blocks laid one after another from sub-block ``skip`` of the first chunk: vLLM's worker lays a
+    job's group so (``transfer_async``, ``vllm/v1/kv_offload/cpu/gpu_worker.py``)."""
+    skips, counts = [], []
+    while num_blocks:
+        count = min(blocks_per_chunk - skip, num_blocks)
+        skips.append(skip)
+        counts.append(count)
+        skip, num_blocks = 0, num_blocks - count
+    return skips, counts
 
 
 @dataclass(frozen=True)
@@ -285,6 +308,7 @@ __all__ = [
     "SchedulerOutput",
     "StepPlan",
     "TransferJob",
+    "packed_chunks",
     "TransferKind",
     "TransferResult",
     "cdiv",

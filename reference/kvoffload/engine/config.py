@@ -79,11 +79,6 @@ class EngineConfig:
             if retention and not (model.has_sliding_window or model.has_mamba):
                 raise ConfigError(f"prefix_cache_retention_interval={retention} has no effect on model "
                                   f"{model.name!r}: it has no sliding-window or Mamba group")
-        if model.has_mamba and self.spec_tokens:
-            # vLLM's Mamba groups under speculative decoding hold speculative state blocks
-            # (MambaSpec.num_speculative_blocks), which neither engine builds (vllm/build.py).
-            raise ConfigError(f"model {model.name!r}: speculative decoding with a Mamba group (its speculative "
-                              "state blocks) is not modelled yet")
 
     @property
     def kv_model(self) -> ModelDescription:

@@ -51,8 +51,9 @@ class HybridKV:
         in_flight = config.max_num_batched_tokens * (2 if config.scheduling == "async" else 1)
         self.caps = [group.admission_cap(config.block_size, in_flight) for group in self.groups]
         self.windowed = [g for g, group in enumerate(self.groups) if group.kind is GroupKind.SLIDING_WINDOW]
-        self.mamba = {g: MambaRows(g, pool, config.block_size) for g, group in enumerate(self.groups)
-                      if group.kind is GroupKind.MAMBA}
+        # A Mamba group holds a state block per draft token (MambaSpec.num_speculative_blocks).
+        self.mamba = {g: MambaRows(g, pool, config.block_size, config.spec_tokens)
+                      for g, group in enumerate(self.groups) if group.kind is GroupKind.MAMBA}
         self.others = [g for g, group in enumerate(self.groups) if group.kind is not GroupKind.FULL_ATTENTION]
         # _spec_decode_step_blocks: one decode step's blocks in every non-Mamba group.
         k = config.spec_tokens
@@ -139,7 +140,7 @@ class HybridKV:
         ref_free = self.pool.num_free_after_taking
         for g, group in enumerate(self.groups):
             if g in self.mamba:
-                needed += self.mamba[g].blocks_needed(0, hits[g], num_tokens)
+                needed += self.mamba[g].blocks_needed(None, 0, hits[g], num_tokens)
                 continue
             required = cdiv(num_tokens, bs)
             if capped and self.caps[g] is not None:
@@ -150,12 +151,15 @@ class HybridKV:
             needed += self.pool.num_free - ref_free(reused)
         return needed
 
-    def blocks_for_running(self, live: LiveRequest, num_tokens: int, capped: bool = False) -> int:
-        """The same for a request holding blocks (its tables only grow here)."""
+    def blocks_for_running(self, live: LiveRequest, num_tokens: int, capped: bool = False,
+                           main_tokens: int | None = None) -> int:
+        """The same for a request holding blocks (its tables only grow here). A Mamba group counts
+        ``main_tokens`` where they differ (``num_tokens_main_model``: no decode step's slots)."""
         needed = 0
         for g, table in enumerate(live.tables):
             if g in self.mamba:
-                needed += self.mamba[g].blocks_needed(len(table), (), num_tokens)
+                tokens = num_tokens if main_tokens is None else main_tokens
+                needed += self.mamba[g].blocks_needed(live.req_id, len(table), (), tokens)
                 continue
             required = cdiv(num_tokens, self.block_size)
             if capped and self.caps[g] is not None:
@@ -319,8 +323,10 @@ class HybridKV:
         return {req_id: tuple(entries) for req_id, entries in offers.items()}
 
     def remaining_blocks(self, live: LiveRequest, extra: int) -> int:
-        """``_request_remaining_blocks``: what an admitted prefill still needs for its whole sequence."""
-        return self.blocks_for_running(live, live.req.num_tokens + extra, capped=True)
+        """``_request_remaining_blocks``: what an admitted prefill still needs for its whole
+        sequence and, with drafts, one decode step (``extra``), which a Mamba group leaves out: it
+        counts ``num_tokens_main_model``, the sequence alone (``MambaManager.get_num_blocks_to_allocate``)."""
+        return self.blocks_for_running(live, live.req.num_tokens + extra, capped=True, main_tokens=live.req.num_tokens)
 
     @staticmethod
     def blocks_held(live: LiveRequest) -> int:

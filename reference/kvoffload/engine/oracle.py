@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from kvoffload.core.types import NULL_BLOCK, TOKEN_TYPECODE, StepPlan, TransferJob
+from kvoffload.engine.mamba import accepted_state_end
 from kvoffload.engine.record import FenceViolation, PoisonedLoad
 from kvoffload.engine.requests import RequestSpec
 from kvoffload.worker.kv import KVCache
@@ -219,13 +220,16 @@ class KVOracle:
         running state (engine/mamba.py). Every slot of the block holds the salted fingerprint of
         the ``count`` tokens the state summarises and, in its second word, ``count``, so a block
         ending on a boundary holds that boundary's state (what the engine caches and the connector
-        stores) and a chunk of it in the tier reads as that prefix. (No drafts: a Mamba group
-        refuses speculative decoding, ``EngineConfig``.)"""
+        stores) and a chunk of it in the tier reads as that prefix. Drafts write no state of their
+        own but the boundary accepted ones reach (``mamba.accepted_state_end``)."""
         bs, fingerprints = self.block_size, self._fp
         blocks, hashes, counts = [], [], []
         for item in scheduled:
             if item.num_tokens:
-                count = item.start + item.num_tokens
+                count = item.start + item.num_tokens - item.drafts
+                if item.drafts:  # accepted drafts that reach a boundary leave its state there
+                    reached = accepted_state_end(count, item.accepted, bs)
+                    count = reached if reached <= len(item.live.truth) else count
                 blocks.append(item.live.tables[group][(count - 1) // bs])
                 hashes.append(fingerprints[item.live.req_id][count - 1])
                 counts.append(count)
@@ -318,9 +322,10 @@ class KVOracle:
         bs, tpc = self.block_size, self.tokens_per_chunk
         fingerprints, blocks = self._fp[live.req_id], iter(job.gpu_block_ids)
         poisoned = []
-        for chunk, group, skip in zip(job.chunk_indices, job.chunk_groups, job.skips()):
+        counts = job.counts(tpc // bs)
+        for chunk, group, skip, count in zip(job.chunk_indices, job.chunk_groups, job.skips(), counts):
             start = chunk * tpc + skip * bs
-            chunk_blocks = np.asarray([next(blocks) for _ in range((tpc - skip * bs) // bs)], dtype=np.int64)
+            chunk_blocks = np.asarray([next(blocks) for _ in range(count)], dtype=np.int64)
             if group in self._state_groups:  # a state, not positions: checked below
                 continue
             slots = (chunk_blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)

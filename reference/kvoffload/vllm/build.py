@@ -305,8 +305,9 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
         elif group.kind is GroupKind.SLIDING_WINDOW:
             specs.append(SlidingWindowSpec(**own, sliding_window=group.sliding_window))
         else:
+            # a state block per draft token, whatever the drafter (MambaBase.get_kv_cache_spec)
             specs.append(mamba_spec(FullAttentionSpec(**shape).page_size_bytes, engine.block_size,
-                                    _EAGLE_DRAFTS.get()))
+                                    _EAGLE_DRAFTS.get() or engine.spec_tokens))
     if model.is_dense:
         return [KVCacheGroupSpec(list(LAYER_NAMES), specs[0])]
     if not hybrid_manager:
@@ -325,14 +326,13 @@ def mamba_spec(page_bytes: int, block_size: int, speculative_blocks: int = 0) ->
     the pool counts the same blocks (vLLM 0.32 pads a state to the attention page,
     ``MambaSpec.page_size_padded``; here it fits exactly). A request holds its running state and
     the previous one (``MambaSpec.max_memory_usage_bytes``: two pages, and ``speculative_blocks``
-    more under a drafter, ``eagle_drafter``)."""
+    more under a drafter: n-gram's ``spec_tokens`` or ``eagle_drafter``'s)."""
     return MambaSpec(block_size=block_size, shapes=((page_bytes // KV_DTYPE.itemsize,),), dtypes=(KV_DTYPE,),
                      mamba_cache_mode="align", num_speculative_blocks=speculative_blocks)
 
 
 def _check_mamba_runs_here(engine: EngineConfig, hybrid_manager: bool) -> None:
-    """What a Mamba group cannot be built with, refused in one line (speculative decoding with a
-    Mamba group is refused for both engines by ``EngineConfig``)."""
+    """What a Mamba group cannot be built with, refused in one line."""
     name = engine.kv_model.name
     if not hybrid_manager:
         raise ConfigError(f"model {name!r} needs vLLM's hybrid KV cache manager, which vLLM turns off for a "

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1, KVConnectorRole, SupportsHMA
 
-from kvoffload.core.fixes import Fixes
+from kvoffload.core.fixes import Fixes, MambaStores
 from kvoffload.core.hybrid import connector_scheduler
 from kvoffload.core.model import GroupKind, model_named
 from kvoffload.core.scheduler import ReferenceConnectorScheduler
@@ -139,14 +139,19 @@ def _check_groups(kv_cache_config, model_name: str):
     sizes = {g.kv_cache_spec.block_size for g in groups}
     if len(sizes) != 1:
         raise ConfigError(f"KVOffloadConnector: the KV cache groups' block sizes differ ({sorted(sizes)})")
-    if model.has_mamba and RELEASE < (0, 29, 0):
-        # The reference stores a Mamba state only from the scheduler's boundary-state hand-off,
-        # which vLLM 0.29 added (docs/hybrid.md, "The reference connector and Mamba"); before it
-        # the reference would store none and serve nothing.
-        raise ConfigError(f"KVOffloadConnector: model {model.name!r}: vLLM {'.'.join(map(str, RELEASE))}'s scheduler "
-                          "hands a connector no Mamba boundary states (vLLM 0.29+), and the reference stores a "
-                          "Mamba state only from them")
     return groups[0]
+
+
+def _check_mamba_stores(model_name: str, fixes: Fixes) -> None:
+    """Release rules that store a Mamba state only from the scheduler's boundary-state hand-off,
+    which vLLM 0.29 added, would store none in an older scheduler and serve nothing (docs/hybrid.md,
+    "The reference connector and Mamba"); the presets of vLLM 0.25 and 0.26 store it from the
+    block table (``MambaStores.BLOCK_TABLE``) and run there."""
+    if (model_named(model_name).has_mamba and RELEASE < (0, 29, 0)
+            and fixes.rules.mamba_stores is MambaStores.BOUNDARY_HAND_OFF):
+        raise ConfigError(f"KVOffloadConnector: model {model_name!r}: vLLM {'.'.join(map(str, RELEASE))}'s scheduler "
+                          "hands a connector no Mamba boundary states (vLLM 0.29+), and these release rules store a "
+                          "Mamba state only from them (a preset of vLLM 0.25 or 0.26 stores it from the block table)")
 
 
 class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
@@ -174,6 +179,7 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         self.core: ReferenceConnectorScheduler | None = None
         self.worker: WorkerConnector | None = None
         self.fixes = self.choose_fixes(self.options.fixes)
+        _check_mamba_stores(self.options.model, self.fixes)
         if role == KVConnectorRole.SCHEDULER:
             self.core = self.scheduler_side(self.config, self.fixes)
         self._views: dict[str, VllmRequestView] = {}

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
+from kvoffload.engine.mamba import accepted_state_end
 from kvoffload.engine.record import PoisonedLoad
 from kvoffload.vllm.connector_parts import copy_hook
 from kvoffload.vllm.model import StateCells, poisoned_chunks, write_positions, write_states
@@ -59,10 +60,15 @@ class FakeWorker:
             for req_id in sorted(self.ledger.sync_loads.intersection(scheduler_output.num_scheduled_tokens)):
                 self._check_load(step, req_id, set(), states=True, keep_claim=True)
         for group, cells in enumerate(self.group_cells):  # each group's layers, with its salt (engine/oracle.py)
-            if isinstance(cells, StateCells):  # the state after each request's last real token
-                write_states(cells, [(self.tables.groups[req_id][group], end, int(values[end - start - 1]))
-                                     for (req_id, start, values), (_, end) in zip(writes, self._written_ends)
-                                     if end > start], bs, group)
+            if isinstance(cells, StateCells):  # the state after each request's last real token,
+                # or at the boundary its accepted drafts reached (engine/mamba.py, accepted_state_end)
+                states = []
+                for (req_id, start, values), (_, end) in zip(writes, self._written_ends):
+                    reached = accepted_state_end(end, accepted.get(req_id, 0), bs)
+                    state = reached if reached <= len(self._sequences[req_id].truth) else end
+                    if end > start:
+                        states.append((self.tables.groups[req_id][group], state, int(values[state - start - 1])))
+                write_states(cells, states, bs, group)
                 continue
             write_positions(cells, [(self.tables.groups[req_id][group], start, values)
                                     for req_id, start, values in writes], bs, group)

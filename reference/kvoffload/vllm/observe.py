@@ -175,8 +175,9 @@ class StoreSubmitDelays:
             skips = job.skips()
             per_chunk = (len(job.gpu_block_ids) + sum(skips)) // len(skips) if skips else 0
             full_at, last = self._full_at, -1
-            for skip in skips:  # the last block of each chunk (a chunk may skip leading blocks)
-                last += per_chunk - skip
+            # the last block of each chunk (a chunk may skip leading blocks, or stop early)
+            for count in (job.chunk_counts or [per_chunk - skip for skip in skips]):
+                last += count
                 self.record.store_submit_delays.append(self.step - full_at.get(job.gpu_block_ids[last], self.step))
             return submit(job)
 

@@ -54,6 +54,20 @@ def _block_rows(view: torch.Tensor, num_blocks: int) -> tuple[torch.Tensor, int,
     return rows, view.data_ptr(), stride
 
 
+def _page_view(view, num_blocks: int) -> torch.Tensor:
+    """A layer's ``[num_blocks, page]`` int8 view. vLLM 0.25-0.26 hand a Mamba layer over as a list
+    of state tensors inside one page array; their offloading worker rebuilt the pages from the
+    first one's storage, which must start at it and hold exactly ``num_blocks`` pages (0.25.0
+    ``offloading/worker.py`` register_kv_caches, the ``MambaSpec`` branch; vllm/compat/v0_27.py)."""
+    if not isinstance(view, (list, tuple)):
+        return view
+    storage = view[0].untyped_storage()
+    if view[0].storage_offset() or storage.nbytes() % num_blocks:
+        raise ConfigError(f"a Mamba layer's state tensors do not start a storage of {num_blocks} pages")
+    page = storage.nbytes() // num_blocks
+    return torch.empty(0, dtype=torch.int8, device=view[0].device).set_(storage, 0, (num_blocks, page), (page, 1))
+
+
 def block_regions(kv_caches: dict[str, torch.Tensor], num_blocks: int) -> list[BlockRegion]:
     """One region per run of layers whose pages are adjacent in every block (block-outermost
     layouts merge all layers into one region; layer-outermost ones keep a region per layer).
@@ -61,6 +75,7 @@ def block_regions(kv_caches: dict[str, torch.Tensor], num_blocks: int) -> list[B
     seen: dict[tuple[int, int], str] = {}
     spans: list[tuple[int, int, int, str, torch.Tensor]] = []  # address, page, stride, layer, view
     for name, view in kv_caches.items():
+        view = _page_view(view, num_blocks)
         rows, address, stride = _block_rows(view, num_blocks)
         if (address, stride) in seen:
             continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult as VllmTransferResult
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-from kvoffload.core.types import ConfigError, TransferJob, TransferKind, cdiv
+from kvoffload.core.types import TransferJob, TransferKind, packed_chunks
 from kvoffload.vllm.compat import offload_geometry
 from kvoffload.vllm.regions import BlockRegion, make_handler
 
@@ -31,9 +31,13 @@ class HandlerOffloadingWorker(OffloadingWorker):
         self.blocks_per_chunk = blocks_per_chunk
 
     def _job(self, job_id, kind: TransferKind, gpu_spec, cpu_spec) -> TransferJob:
-        """vLLM's specs as a project job. Each KV cache group's blocks fill its chunks from
-        ``block_indices[g] % blocks_per_chunk`` on (``SingleDirectionOffloadingHandler``): one
-        group keeps today's job; several give each chunk its group and leading skip."""
+        """vLLM's specs as a project job. Each KV cache group's blocks fill its chunks one after
+        another from sub-block ``block_indices[g] % blocks_per_chunk`` of its first chunk, the last
+        chunk up to where they run out (``CpuGpuOffloadingHandler.transfer_async``,
+        ``vllm/v1/kv_offload/cpu/gpu_worker.py``): one group keeps today's job; several give each
+        chunk its group, leading skip and count. vLLM 0.25-0.28 store a Mamba group's blocks so,
+        and a job with two of its states in it leaves one a sub-block early (docs/hybrid.md, "The
+        releases")."""
         gpu = tuple(int(b) for b in gpu_spec.block_ids)
         slots = tuple(int(c) for c in cpu_spec.block_ids)
         bpc, sizes, indices = self.blocks_per_chunk, gpu_spec.group_sizes, gpu_spec.block_indices
@@ -41,18 +45,18 @@ class HandlerOffloadingWorker(OffloadingWorker):
             # The first GPU block of a load may sit mid-chunk: block_indices[0] is its index.
             skip = int(indices[0]) % bpc if kind is TransferKind.LOAD and indices is not None else 0
             return TransferJob(job_id, "", kind, gpu, slots, (), skip)
-        groups, skips = [], []
+        groups, skips, counts = [], [], []
         for g, (size, index) in enumerate(zip(sizes, indices)):
             if not size:
                 continue
-            skip = int(index) % bpc
-            if (size + skip) % bpc:
-                raise ConfigError(f"job {job_id}: group {g}'s last chunk is partial, which the project's "
-                                  "handlers do not copy")
-            count = cdiv(size + skip, bpc)
-            groups += [g] * count
-            skips += [skip] + [0] * (count - 1)
-        return TransferJob(job_id, "", kind, gpu, slots, (), chunk_groups=tuple(groups), chunk_skips=tuple(skips))
+            group_skips, group_counts = packed_chunks(int(size), int(index) % bpc, bpc)
+            groups += [g] * len(group_skips)
+            skips += group_skips
+            counts += group_counts
+        if len(groups) != len(slots):  # the worker's `assert dst_offset == num_dst_blocks`
+            raise AssertionError(f"job {job_id}: its groups' blocks fill {len(groups)} chunks, {len(slots)} given")
+        return TransferJob(job_id, "", kind, gpu, slots, (), chunk_groups=tuple(groups), chunk_skips=tuple(skips),
+                           chunk_counts=tuple(counts))
 
     def submit_store(self, job_id, src_spec, dst_spec) -> bool:
         self.handler.submit_store(self._job(job_id, TransferKind.STORE, src_spec, dst_spec))

@@ -75,11 +75,15 @@ def plan_copy(kv: KVCache, job: TransferJob, kind: TransferKind) -> BlockCopy:
         if len(job.chunk_skips) != len(slots) or not all(0 <= s < bpc for s in job.chunk_skips):
             _fail(job, f"chunk_skips={job.chunk_skips} does not give one skip in [0, {bpc}) per chunk")
         skip = sum(job.chunk_skips)
+        if job.chunk_counts and (len(job.chunk_counts) != len(slots) or not all(
+                0 < n <= bpc - s for n, s in zip(job.chunk_counts, job.chunk_skips))):
+            _fail(job, f"chunk_counts={job.chunk_counts} does not give each chunk 1 to blocks_per_chunk - "
+                       "its skip sub-blocks")
     elif kind is TransferKind.STORE and skip != 0:
         _fail(job, f"is a store with skip_blocks={skip} (stores always copy whole chunks)")
     elif not 0 <= skip < bpc:
         _fail(job, f"skip_blocks={skip} is outside [0, blocks_per_chunk={bpc})")
-    expected = len(slots) * bpc - skip
+    expected = sum(job.chunk_counts) if job.chunk_skips and job.chunk_counts else len(slots) * bpc - skip
     if len(gpu_rows) != expected:
         _fail(
             job,
@@ -99,7 +103,8 @@ def plan_copy(kv: KVCache, job: TransferJob, kind: TransferKind) -> BlockCopy:
         _fail(job, f"writes gpu block {_first_duplicate(gpu_rows)} twice")
 
     tier_rows = _tier_rows(slots, bpc, skip) if not job.chunk_skips else tuple(
-        row for slot, first in zip(slots, job.chunk_skips) for row in range(slot * bpc + first, slot * bpc + bpc))
+        row for slot, first, count in zip(slots, job.chunk_skips, job.counts(bpc))
+        for row in range(slot * bpc + first, slot * bpc + first + count))
     return BlockCopy(
         job=job,
         tier_rows=tier_rows,

@@ -12,12 +12,12 @@ from __future__ import annotations
 DENSE_WORKLOADS = ("shared-prefix", "multi-turn", "spec-decode")
 # scripted cache resets (vllm/llm_engine.py refuses them): kvoffload bench and the gate only
 RESET_WORKLOADS = ("aborts-and-resets",)
-# hybrid workload -> the dense workload whose requests it replays. qwen3-next has no spec-decode
-# twin: both engines refuse speculative decoding with a Mamba group (docs/hybrid.md, "Not done yet").
+# hybrid workload -> the dense workload whose requests it replays
 HYBRID_TWINS = {
     "gpt-oss-multi-turn": "multi-turn",
     "gpt-oss-spec-decode": "spec-decode",
     "qwen3-next-multi-turn": "multi-turn",
+    "qwen3-next-spec-decode": "spec-decode",
 }
 HYBRID_WORKLOADS = tuple(HYBRID_TWINS)
 BUNDLED_WORKLOADS = DENSE_WORKLOADS + RESET_WORKLOADS + HYBRID_WORKLOADS
