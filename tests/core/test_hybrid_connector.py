@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kvoffload.core.fixes import Fixes
-from kvoffload.core.hybrid import HybridConnectorScheduler, connector_scheduler
+from kvoffload.core.hybrid import HybridConnectorScheduler, connector_scheduler, group_key
 from kvoffload.core.request import Request
 from kvoffload.core.types import ConnectorConfig, RequestStatus, SchedulerOutput, TransferResult
 
@@ -74,6 +74,19 @@ def test_every_group_keys_its_chunks_in_its_own_namespace():
     assert len(state.groups[0].offload_keys) == len(state.groups[1].offload_keys) == 2
     assert state.groups[0].offload_keys[0] == req.block_hashes[0]
     assert state.groups[1].offload_keys[0] != state.groups[0].offload_keys[0]
+
+
+def test_groups_of_their_own_block_sizes_key_a_chunk_at_its_own_end():
+    """``mixed-blocks-tiny`` (6-token blocks beside the engine's 4): the request is hashed every
+    gcd, 2 tokens; a group's chunk i is keyed by the hash ending where it ends (vLLM 0.32
+    ``hashes_per_chunk``), 3 hashes apart in group 0, 2 in group 1."""
+    config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=8, model="mixed-blocks-tiny")
+    connector = connector_scheduler(config, Fixes())
+    req = Request("A", prompt(12), 2)
+    connector.on_new_request(req)
+    groups = connector._requests["A"].groups
+    assert groups[0].offload_keys == [req.block_hashes[2], req.block_hashes[5]]
+    assert groups[1].offload_keys == [group_key(req.block_hashes[i], 1) for i in (1, 3, 5)]
 
 
 class TestStores:

@@ -11,6 +11,10 @@ pending blocks as it does, so the gate's failure is pinned on the bound in every
 K15, ``nested-blocks-tiny`` (12-token blocks, an 8-token window of 4-token blocks): what a
 chunked prefill of 40 tokens, 8 a step, submits of the window group in each release; its plant
 gives 0.30+'s store mask each step's frontier for the final segment's end, as 0.27-0.29 did.
+
+The reference connector runs both stories in vLLM's scheduler as vLLM 0.32's connector does (each
+group chunked at its own block size, ``core/keys.py``): the same load ends, the same window chunks
+stored; the old bound and the frontier horizon planted into it fail the gates as in vLLM.
 """
 
 from __future__ import annotations
@@ -32,20 +36,24 @@ FIXED = RELEASE >= (0, 27, 0)
 # 0.30+: the segments' and the prompt's tails, vLLM #54362).
 HORIZON_STORES = ({1, 2, 4, 5, 7, 8} if RELEASE < (0, 27, 0) else set(range(10)) if RELEASE < (0, 30, 0)
                   else {1, 2, 4, 5, 7, 8, 9})
+# The reference reads the story's dense retention from vLLM's CacheConfig, which has the setting
+# from 0.29 (vllm/build.py); before, it takes 0.32's default, 0, and stores only the window before
+# the prompt's last token (chunks 7 and 8), no segment's tail, so no horizon is drawn.
+DENSE_RETENTION = RELEASE >= (0, 29, 0)
 
 
-def run_gate(source: str) -> None:
+def run_gate(source: str, preset: str | None = None) -> None:
     """K16's story against ``source`` (imported here: pytest would collect its class)."""
     from kvoffload.gates.test_k15_k16_block_sizes import TestK16UnalignedSlidingWindowLoad
 
-    TestK16UnalignedSlidingWindowLoad().test_every_load_of_a_stored_prompt_is_admitted(GateConnector(source, None))
+    TestK16UnalignedSlidingWindowLoad().test_every_load_of_a_stored_prompt_is_admitted(GateConnector(source, preset))
 
 
-def run_k15(source: str) -> None:
+def run_k15(source: str, preset: str | None = None) -> None:
     from kvoffload.gates.test_k15_k16_block_sizes import TestK15SlidingWindowHorizon
 
     TestK15SlidingWindowHorizon().test_a_chunked_prefill_stores_only_window_chunks_a_hit_can_read(
-        GateConnector(source, None))
+        GateConnector(source, preset))
 
 
 def plant_the_old_bound(monkeypatch) -> None:
@@ -112,9 +120,39 @@ def test_the_stock_connector_admits_every_load():
     run_gate(STOCK)
 
 
-def test_the_reference_skips_groups_of_different_block_sizes():
-    with pytest.raises(pytest.skip.Exception, match=r"block sizes differ \(\[4, 6\]\)"):
+def test_the_reference_loads_what_vllm_0_32_loads_and_is_admitted():
+    """Every prompt's load ends where vLLM 0.32's stock connector's does (``PROMPTS``); none dies."""
+    from kvoffload.gates.test_k15_k16_block_sizes import PROMPTS, admit_over_a_stored_prompt
+
+    loads = [admit_over_a_stored_prompt(GateConnector(REFERENCE, None), n) for n in PROMPTS]
+    assert [end for end, _ in loads] == [6, 6, 6, 6, 11, 12, 12, 12, 12, 12, 16, 16, 18, 18, 18, 18]
+    assert [failure for _, failure in loads] == [None] * len(PROMPTS)
+    run_gate(REFERENCE)
+
+
+def test_the_gate_fails_the_reference_with_the_old_bound(monkeypatch):
+    """vLLM 0.25-0.26's bound (no block more) planted into the reference: its model of vLLM's
+    assert fires where theirs did. No preset carries that bound: the presets of 0.25 and 0.26
+    pass K16 (docs/hybrid.md, "Gates")."""
+    from kvoffload.core.hybrid import HybridConnectorScheduler
+
+    monkeypatch.setattr(HybridConnectorScheduler, "pending_window_blocks",
+                        lambda self, window: window * self.config.blocks_per_chunk)
+    with pytest.raises(AssertionError, match=r"^8 admissions crashed vLLM's scheduler: 8 tokens, load ending at 6: "
+                                             r"ConnectorCrash at core/hybrid.py:\d+ \(update_state_after_alloc\) "
+                                             r"assert num_pending_gpu_blocks <= window: 'C' group 1 loads 2 blocks\n"):
         run_gate(REFERENCE)
+    monkeypatch.undo()
+    run_gate(REFERENCE, "vllm-0.26")
+
+
+def test_the_reference_refuses_chunks_of_several_blocks_when_block_sizes_differ():
+    from kvoffload.gates.test_k15_k16_block_sizes import MIXED, scheduler_alone
+
+    with pytest.raises(pytest.skip.Exception, match=r"block sizes differ \(\[4, 6\]\): a chunk is one block each, "
+                                                    r"got blocks_per_chunk=2$"):
+        with scheduler_alone(GateConnector(REFERENCE, None), MIXED.replace(blocks_per_chunk=2)):
+            pass
 
 
 def test_the_replay_and_stock_chunks_of_several_blocks_are_refused_in_one_line():
@@ -159,5 +197,30 @@ def test_k15s_gate_fails_vllm_0_27_to_0_29_and_passes_the_others(monkeypatch):
             run_k15(STOCK)
     else:
         run_k15(STOCK)
-    with pytest.raises(pytest.skip.Exception, match=r"block sizes differ \(\[4, 12\]\)"):
-        run_k15(REFERENCE)
+
+
+def test_the_reference_stores_the_window_chunks_vllm_0_32_stores():
+    """0.30+'s set: the segments' tails and the prompt's (the final segment's horizon)."""
+    from kvoffload.gates.test_k15_k16_block_sizes import window_chunks_stored_in_prefill
+
+    stores = {1, 2, 4, 5, 7, 8, 9} if DENSE_RETENTION else {7, 8}
+    assert window_chunks_stored_in_prefill(GateConnector(REFERENCE, None), 40) == (stores, 10)
+    run_k15(REFERENCE)
+
+
+def test_k15s_gate_fails_the_reference_with_the_frontier_horizon_and_with_every_chunk(monkeypatch):
+    """The frontier taken for the final segment's end (0.27-0.29's horizon) planted; the presets
+    of 0.25-0.29 store every window chunk (``WindowRules.EVERY_CHUNK``), 0.27-0.29's result, where
+    vLLM 0.25-0.26 stored the segments' tails only: they fail too."""
+    from kvoffload.core.hybrid_stores import HybridStorePlanner
+
+    if DENSE_RETENTION:
+        with monkeypatch.context() as planted:
+            planted.setattr(HybridStorePlanner, "_horizon", lambda self, req, tpc, end: end)
+            with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
+                run_k15(REFERENCE)
+    for preset in ("vllm-0.25", "vllm-0.26", "vllm-0.29"):
+        with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read "
+                                                 r"\(stored \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\]\)\n"):
+            run_k15(REFERENCE, preset)
+    run_k15(REFERENCE, "vllm-0.30")

@@ -26,7 +26,7 @@ from typing import Sequence
 
 from kvoffload.core.fixes import Fixes, WindowRules
 from kvoffload.core.hybrid_stores import HybridStorePlanner
-from kvoffload.core.keys import group_key, refresh_group_keys
+from kvoffload.core.keys import chunk_tokens, group_key, hash_tokens, refresh_group_keys
 from kvoffload.core.manager import CPUOffloadManager, LookupResult
 from kvoffload.core.model import GroupKind, model_named
 from kvoffload.core.request_state import GroupState, RequestState
@@ -52,8 +52,11 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         model = model_named(config.model)
         self.fixes.check_model(model)
         self.groups = model.groups
-        tpc = config.tokens_per_chunk
-        windows = [group.window_chunks(tpc) for group in self.groups]
+        # Each group's chunk in tokens (its own block size where the model gives one, one block
+        # a chunk then, as vLLM's OffloadingConnector chunks such groups) and in request hashes.
+        self._tpc = chunk_tokens(self.groups, config.block_size, config.blocks_per_chunk)
+        self._hpc = tuple(tpc // hash_tokens(self.groups, config.block_size) for tpc in self._tpc)
+        windows = [group.window_chunks(tpc) for group, tpc in zip(self.groups, self._tpc)]
         self._windows = windows
         full = [g for g, window in enumerate(windows) if window is None]
         self._sliding = tuple(sorted((g for g, window in enumerate(windows) if window is not None),
@@ -64,7 +67,7 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         # defer) and stores (reachable chunks only); before it, ReleaseRules.windows says.
         self._windows_0_30 = self.fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._stores = HybridStorePlanner(config, self.fixes, self.manager, self.jobs, self.stats,
-                                          self._cursor_moved, self.groups, self._touch)
+                                          self._cursor_moved, self.groups, self._touch, self._tpc, self._hpc)
 
     def connector_groups(self) -> int:
         return len(self.groups)
@@ -78,7 +81,7 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self._refresh_keys(state)
 
     def _refresh_keys(self, state: RequestState) -> None:
-        refresh_group_keys(state, self.config.blocks_per_chunk)
+        refresh_group_keys(state, self._hpc)
 
     def _clear_blocks(self, state: RequestState) -> None:
         for group in state.groups:
@@ -86,14 +89,14 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
 
     def _touch(self, state: RequestState, hit_end: int | None = None) -> None:
         """vLLM <= 0.30's ``_touch``: a full-attention group's keys all, a window's from the
-        window before the admission's hit on (``num_hit_chunks``; its earlier chunks were never
+        window before the admission's hit on (``num_hit_tokens``; its earlier chunks were never
         needed). A lookup passes the hit's end; a store touches with the last admission's."""
         if hit_end is not None:
-            state.num_hit_chunks = hit_end // self.config.tokens_per_chunk
+            state.num_hit_tokens = hit_end
         keys = []
         for g, group in enumerate(state.groups):
             window = self._windows[g]
-            keys.extend(group.offload_keys[max(0, state.num_hit_chunks - window):] if window
+            keys.extend(group.offload_keys[max(0, state.num_hit_tokens // self._tpc[g] - window):] if window
                         else group.offload_keys)
         self.manager.touch(keys)
 
@@ -105,14 +108,13 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
     def _lookup(self, state: RequestState, num_local_tokens: int) -> int | None:
         """``_lookup_complete_chunks``: tokens past the GPU hit that every group can load, in whole
         chunks; None: ask again (a chunk is pending or being loaded)."""
-        tpc = self.config.tokens_per_chunk
         max_hit = self._lookup_bound(state.req)
         num_hit, defer, order = 0, False, self._lookup_order
         while order:
             looked_at_window = False
             groups, order = order, ()
             for g in groups:
-                keys = state.groups[g].offload_keys
+                keys, tpc = state.groups[g].offload_keys, self._tpc[g]
                 max_hit = min(max_hit, len(keys) * tpc)
                 if max_hit - num_local_tokens < tpc:
                     return 0
@@ -143,7 +145,7 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         if defer or self._being_loaded(state, num_local_tokens, num_hit):
             return None
         self.stats.lookups += 1
-        self.stats.queried_tokens += len(state.groups[0].offload_keys) * tpc - num_local_tokens
+        self.stats.queried_tokens += len(state.groups[0].offload_keys) * self._tpc[0] - num_local_tokens
         self.stats.hit_tokens += num_hit
         return num_hit
 
@@ -193,8 +195,9 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         """A chunk of the hit (a window's: the chunks its load carries) is loading for another request."""
         if not self._chunks_being_loaded:
             return False
-        tpc, end = self.config.tokens_per_chunk, num_local + num_hit
+        end = num_local + num_hit
         for g, group in enumerate(state.groups):
+            tpc = self._tpc[g]
             keys = group.offload_keys[num_local // tpc:cdiv(end, tpc)]
             window = self.groups[g].load_window_chunks(tpc, end) if self._windows_0_30 else self._windows[g]
             if window is not None:
@@ -212,17 +215,18 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
             self._allocated_this_step.update(b for b in blocks if b != NULL_BLOCK)
         if num_external_tokens == 0:
             return
-        state, cfg = self._requests[req.req_id], self.config
-        bs, bpc, tpc = cfg.block_size, cfg.blocks_per_chunk, cfg.tokens_per_chunk
+        state, bpc = self._requests[req.req_id], self.config.blocks_per_chunk
         num_cached = state.num_local_tokens + num_external_tokens
-        num_blocks, first_fresh, end_chunk = cdiv(num_cached, bs), cdiv(state.num_local_tokens, bs), cdiv(num_cached, tpc)
         keys, destination, indices, groups, skips = [], [], [], [], []
         for g, group in enumerate(state.groups):
-            blocks = block_ids[g]
+            blocks, tpc = block_ids[g], self._tpc[g]
+            bs = tpc // bpc  # the group's own block size
+            num_blocks, end_chunk = cdiv(num_cached, bs), cdiv(num_cached, tpc)
+            first_fresh = cdiv(state.num_local_tokens, bs)
             start = next((i for i in range(first_fresh, num_blocks) if blocks[i] != NULL_BLOCK), num_blocks)
             pending = num_blocks - start
             window = self._windows[g]
-            if window is not None and pending > window * bpc + 1:
+            if window is not None and pending > self.pending_window_blocks(window):
                 raise ConnectorCrash(f"assert num_pending_gpu_blocks <= window: {req.req_id!r} group {g} "
                                      f"loads {pending} blocks")
             if pending:
@@ -243,6 +247,12 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self._load_jobs_this_step.append(TransferJob(
             job_id, req.req_id, TransferKind.LOAD, tuple(destination), slots, tuple(indices),
             chunk_groups=tuple(groups), chunk_skips=tuple(skips)))
+
+    def pending_window_blocks(self, window_chunks: int) -> int:
+        """The most window blocks a load may still need (``update_state_after_alloc``'s assert):
+        the window in blocks and one more, for a hit ending inside a block (vLLM #48959, PR #49052,
+        0.27+; with groups of their own block sizes a full-attention chunk can end there, K16)."""
+        return window_chunks * self.config.blocks_per_chunk + 1
 
     # ---- the plan of one step ---------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from kvoffload.core.types import (
 
 class HybridStorePlanner(StorePlanner):
     def __init__(self, config, fixes, manager, jobs, stats, cursor_moved, groups: tuple[KVCacheGroup, ...],
-                 touch):
+                 touch, chunk_tokens: tuple[int, ...], hashes_per_chunk: tuple[int, ...]):
         super().__init__(config, fixes, manager, jobs, stats, cursor_moved)
         self.groups = groups
         self._touch = touch  # vLLM <= 0.30: the connector's _touch after a store that allocated
@@ -52,9 +52,12 @@ class HybridStorePlanner(StorePlanner):
         # vLLM 0.25-0.28 stored a Mamba group from its block table (ReleaseRules.mamba_stores)
         self._mamba_from_table = fixes.rules.mamba_stores is MambaStores.BLOCK_TABLE
         self._retention = config.prefix_cache_retention_interval
+        self._tpcs, self._hpc = chunk_tokens, hashes_per_chunk  # per group (core/keys.py)
         # Loads are aligned to full attention's chunks: a window's blocks are reachable relative
-        # to them (SchedulerOffloadConfig.alignment_tokens).
-        self._alignment = config.tokens_per_chunk
+        # to them (SchedulerOffloadConfig.alignment_tokens; without full attention, the largest
+        # chunk). The models here have one full-attention chunk size at most.
+        full = [tpc for group, tpc in zip(groups, chunk_tokens) if group.kind is GroupKind.FULL_ATTENTION]
+        self._alignment = max(full or chunk_tokens)
 
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
@@ -75,14 +78,14 @@ class HybridStorePlanner(StorePlanner):
         boundary, its block fenced from the job's creation (the request frees it a step later
         while the copy may wait). Skipped: a null block, a boundary past what may be offloaded
         (the prompt only, by default) or not at a chunk's end (no lookup can end there)."""
-        req, tpc = state.req, self._tpc
+        req = state.req
         max_boundary = min(req.num_tokens, req.num_prompt_tokens) if self.config.offload_prompt_only \
             else req.num_tokens
-        refresh_group_keys(state, self._bpc)
+        refresh_group_keys(state, self._hpc)
         for g, block, boundary in offers:
-            if block == NULL_BLOCK or boundary > max_boundary or boundary % tpc or not self._mamba[g]:
+            if block == NULL_BLOCK or boundary > max_boundary or boundary % self._tpcs[g] or not self._mamba[g]:
                 continue
-            chunk = boundary // tpc - 1
+            chunk = boundary // self._tpcs[g] - 1
             key = state.groups[g].offload_keys[chunk]
             prepared = self.manager.prepare_store(req.req_id, [key], [(chunk, g)])
             if prepared is None:
@@ -99,20 +102,21 @@ class HybridStorePlanner(StorePlanner):
     def _storable(self, state: RequestState, g: int, num_tokens: int) -> int:
         """``storable_chunks``: whole chunks under the watermark, allocated and keyed."""
         group = state.groups[g]
-        chunks = num_tokens // self._tpc
+        chunks = num_tokens // self._tpcs[g]
         if self.fixes.storable_within_allocated:
             chunks = min(chunks, len(group.block_ids) // self._bpc, len(group.offload_keys))
         return chunks
 
     def _store_request(self, state: RequestState, num_scheduled: int, allocated: set[BlockId],
                        flush: set[JobId], jobs: list[TransferJob]) -> None:
-        bpc, bs = self._bpc, self.config.block_size
+        bpc, tpcs = self._bpc, self._tpcs
         req = state.req
         finished = req.status.is_finished
         watermark = self._offloadable_tokens(req, num_scheduled)
-        if self._cursor_monotonic and watermark // self._tpc <= min([g.next_stored_chunk for g in state.groups]):
+        if self._cursor_monotonic and all(watermark // tpc <= group.next_stored_chunk
+                                          for tpc, group in zip(tpcs, state.groups)):
             return  # the decode step: no group has a chunk to offer (vLLM's loop finds none either)
-        refresh_group_keys(state, bpc)  # _update_req_states: every scheduled request's keys
+        refresh_group_keys(state, self._hpc)  # _update_req_states: every scheduled request's keys
         boundaries = () if self._retention is None else (
             (req.num_prompt_tokens - 1, req.shared_prefix_boundary) if req.shared_prefix_boundary
             else (req.num_prompt_tokens - 1,))
@@ -128,8 +132,10 @@ class HybridStorePlanner(StorePlanner):
                 raise ConnectorCrash(  # vLLM's `assert len(offload_keys) == len(offload_block_ids)`
                     f"assert len(offload_keys) == len(block_ids) failed for {req.req_id!r} group {g}: "
                     f"chunks {start}..{end}, {len(keys)} keys, {len(last_blocks)} blocks")
-            mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, bs, self._alignment,
-                                                       self._retention, boundaries) if self._masked else None
+            horizon = self._horizon(req, tpcs[g], end)  # a no-op where the window's chunk is the alignment's
+            mask = self.groups[g].reachable_block_mask(
+                start * bpc, end * bpc, tpcs[g] // bpc, self._alignment, self._retention, boundaries,
+                None if horizon is None else horizon * bpc) if self._masked else None
             for i, (key, block) in enumerate(zip(keys, last_blocks)):
                 if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
                     continue
@@ -186,6 +192,20 @@ class HybridStorePlanner(StorePlanner):
         jobs.append(TransferJob(job_id, req.req_id, TransferKind.STORE, tuple(source), tuple(slots),
                                 tuple(indices), chunk_groups=tuple(chunk_groups), chunk_skips=tuple(skips),
                                 chunk_counts=tuple(counts) if self._mamba_from_table else ()))
+
+    def _horizon(self, req, tpc: int, end: int) -> int | None:
+        """The chunk where the request's final segment ends, whose window tail a later hit on
+        the whole prompt reads (vLLM 0.32 ``_build_store_jobs``' ``store_horizon_chunks``, vLLM
+        #54362, 0.30+): the stored end once finished, the prompt's while a prefill step stores
+        below it; None under a retention interval (its boundaries say) or past the prompt (a
+        decode frontier is no final boundary). 0.32's second look at a finished request's final
+        tail (``reconsider_final_swa_tail``, with stores past the prompt) is not modelled."""
+        if self._retention is not None:
+            return None
+        if req.status.is_finished:
+            return end
+        prompt_chunks = min(req.num_prompt_tokens, req.num_tokens) // tpc
+        return prompt_chunks if end <= prompt_chunks else None
 
     def _packed(self, req_id: ReqId, g: int, num_blocks: int, first: int, num_chunks: int):
         """vLLM 0.25-0.28's layout of a Mamba group's blocks in its ``num_chunks`` slots

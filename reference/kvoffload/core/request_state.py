@@ -21,9 +21,10 @@ class RequestState:
     # Only with reset_clears_request_jobs off: job ids reset_cache forgot to clear (vLLM #48102).
     stale_job_ids: tuple[JobId, ...] = ()
     # A hybrid model (core/hybrid.py): keys, blocks and cursor per KV cache group instead of the
-    # three fields above (vLLM's RequestGroupState), and the chunks its last admission hit.
+    # three fields above (vLLM's RequestGroupState), and where its last admission's hit ended, in
+    # tokens (vLLM's update_num_hit_chunks divides it by each group's chunk).
     groups: list["GroupState"] | None = None
-    num_hit_chunks: int = 0
+    num_hit_tokens: int = 0
 
     def move_cursor(self, chunk: int, tokens_per_chunk: int) -> None:
         self.next_stored_chunk = chunk

@@ -6,7 +6,8 @@ blocks), one block per chunk, as vLLM builds groups of their own block sizes
 (``vllm/group_blocks.py``). The stories are the scheduler's alone: the replay's worker copies one
 block size for every group, so no store is copied (K15 reads which chunks the connector submits)
 and the stores a first request would leave are put in the tier through the connector's own
-manager (K16).
+manager (K16): vLLM's stock connector's (``OffloadingConnectorScheduler``) or the reference's
+(``ReferenceConnectorScheduler``), through :class:`Tier`.
 """
 
 from __future__ import annotations
@@ -23,14 +24,57 @@ NESTED = TINY.replace(model="nested-blocks-tiny", max_num_batched_tokens=8, pref
 WINDOW_BLOCK = 4  # the window group's block: the engine's block size
 # Prompts over one period of both block grids (their lcm, 12) and a window beyond it.
 PROMPTS = range(8, 24)
-NEEDS_STOCK_TIER = ("needs vLLM's stock connector's scheduler side: the story reads and fills its CPU manager (the "
-                    "replay's worker copies one block size for every group)")
+NEEDS_A_KNOWN_TIER = ("needs the scheduler side of vLLM's stock connector or of the reference: the story reads and "
+                      "fills its CPU manager (the replay's worker copies one block size for every group)")
+
+
+class Tier:
+    """A connector's scheduler side as the stories use it: a request's keys per group, the
+    tier filled with them as a finished store leaves them, and the keys it offers for storing."""
+
+    def __init__(self, scheduler):
+        inner = getattr(scheduler.connector, "connector_scheduler", None)
+        self.stock = inner if hasattr(inner, "_req_status") else None
+        self.reference = getattr(scheduler.connector, "core", None) if self.stock is None else None
+        if self.stock is None and not hasattr(self.reference, "_requests"):
+            pytest.skip(NEEDS_A_KNOWN_TIER)
+        self.manager = (self.stock or self.reference).manager
+
+    def group_keys(self, req_id: str) -> list[list[bytes]]:
+        """The request's key lists, one a group, as the connector keeps them (they grow)."""
+        if self.stock is not None:
+            status = self.stock._req_status[req_id]
+            status.update_offload_keys()
+            return [group.offload_keys for group in status.group_states]
+        state = self.reference._requests[req_id]
+        self.reference._refresh_keys(state)
+        return [group.offload_keys for group in state.groups]
+
+    def fill(self, req_id: str) -> None:
+        """Every chunk of every group stored and complete."""
+        for g, keys in enumerate(self.group_keys(req_id)):
+            if self.stock is not None:
+                context = self.stock._req_status[req_id].req_context
+                self.manager.prepare_store(list(keys), context)
+                self.manager.complete_store(list(keys), context)
+            else:
+                self.manager.prepare_store(req_id, list(keys), [(chunk, g) for chunk in range(len(keys))])
+                self.manager.complete_store(list(keys))
+
+    def note_stores(self, submitted: set) -> None:
+        """Add to ``submitted`` every key the connector offers the manager for storing."""
+        plain = self.manager.prepare_store
+
+        def noting(*args):
+            submitted.update(args[0] if self.stock is not None else args[1])
+            return plain(*args)
+        self.manager.prepare_store = noting
 
 
 @contextmanager
 def scheduler_alone(kv_connector, engine):
     """vLLM's scheduler (nothing in its GPU cache) with the connector under test, no worker;
-    yields it and the stock connector's scheduler side, or skips."""
+    yields it and the connector's :class:`Tier`, or skips."""
     from kvoffload.core.types import ConfigError
     from kvoffload.vllm.build import ConnectorLoad, build_kv_cache_config, build_scheduler, build_vllm_config
 
@@ -38,13 +82,10 @@ def scheduler_alone(kv_connector, engine):
     try:
         config = build_vllm_config(engine, load.transfer_config(engine, "stepped"), 64, load)
         scheduler = build_scheduler(config, build_kv_cache_config(config, engine))
-    except ConfigError as error:  # the reference: the groups' block sizes differ
+    except ConfigError as error:  # a connector that refuses groups of different block sizes
         pytest.skip(f"cannot run groups of different block sizes: {error}")
     try:
-        inner = getattr(scheduler.connector, "connector_scheduler", None)
-        if inner is None or not hasattr(inner, "_req_status"):
-            pytest.skip(NEEDS_STOCK_TIER)
-        yield scheduler, inner
+        yield scheduler, Tier(scheduler)
     finally:
         scheduler.shutdown()
 
@@ -69,13 +110,11 @@ def admit_over_a_stored_prompt(kv_connector, num_tokens: int) -> tuple[int, str 
     """A fresh scheduler whose tier holds every chunk of both groups of a prompt of
     ``num_tokens``, as a request B with that prompt leaves them; C, that prompt again, is
     admitted. Returns where C's load ends and vLLM's failure, if its scheduler died."""
-    with scheduler_alone(kv_connector, MIXED) as (scheduler, inner):
+    from kvoffload.core.types import ConnectorCrash
+
+    with scheduler_alone(kv_connector, MIXED) as (scheduler, tier):
         scheduler.add_request(request(scheduler, num_tokens))
-        status = inner._req_status["C"]
-        status.update_offload_keys()
-        for group in status.group_states:  # the chunks B stored, as its worker's completion reports them
-            inner.manager.prepare_store(list(group.offload_keys), status.req_context)
-            inner.manager.complete_store(list(group.offload_keys), status.req_context)
+        tier.fill("C")  # the chunks B stored, as its worker's completion reports them
         ends = []
         plain = scheduler.connector.get_num_new_matched_tokens
 
@@ -86,10 +125,10 @@ def admit_over_a_stored_prompt(kv_connector, num_tokens: int) -> tuple[int, str 
         scheduler.connector.get_num_new_matched_tokens = matched
         try:
             scheduler.schedule()
-        except AssertionError as error:  # vLLM's own assert: the engine core dies with it
-            frame = traceback.extract_tb(error.__traceback__)[-1]
+        except (AssertionError, ConnectorCrash) as error:  # vLLM's assert, or the reference's model of it:
+            frame = traceback.extract_tb(error.__traceback__)[-1]  # the engine core dies with it
             where = "/".join(frame.filename.split("/")[-2:])
-            return ends[-1], f"AssertionError at {where}:{frame.lineno} ({frame.name}) {error}".strip()
+            return ends[-1], f"{type(error).__name__} at {where}:{frame.lineno} ({frame.name}) {error}".strip()
         return ends[-1], None
 
 
@@ -98,15 +137,10 @@ def window_chunks_stored_in_prefill(kv_connector, num_tokens: int) -> tuple[set[
     prefilled in steps of ``NESTED.max_num_batched_tokens`` and decodes, and C's chunk count."""
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
-    with scheduler_alone(kv_connector, NESTED) as (scheduler, inner):
+    with scheduler_alone(kv_connector, NESTED) as (scheduler, tier):
         scheduler.add_request(request(scheduler, num_tokens))
-        keys, submitted = inner._req_status["C"].group_states[1].offload_keys, set()
-        plain = inner.manager.prepare_store
-
-        def noting(store_keys, req_context):
-            submitted.update(store_keys)
-            return plain(store_keys, req_context)
-        inner.manager.prepare_store = noting
+        keys, submitted = tier.group_keys("C")[1], set()
+        tier.note_stores(submitted)
         while "C" in scheduler.requests:
             out = scheduler.schedule()
             ids = list(out.num_scheduled_tokens)

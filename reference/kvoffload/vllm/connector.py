@@ -35,6 +35,7 @@ from kvoffload.vllm.adapters import (
     project_scheduler_output,
 )
 from kvoffload.vllm.compat import RELEASE
+from kvoffload.vllm.group_blocks import refuse_a_worker
 from kvoffload.vllm.regions import TRANSFER_KINDS, block_regions, make_handler
 from kvoffload.worker.connector import WorkerConnector
 
@@ -127,8 +128,20 @@ _SPEC_KIND = {"FullAttentionSpec": GroupKind.FULL_ATTENTION, "SlidingWindowSpec"
               "MambaSpec": GroupKind.MAMBA}
 
 
-def _check_groups(kv_cache_config, model_name: str):
-    """vLLM's KV cache groups must be the model description's (kind and window, in order)."""
+def _engine_block_size(kv_cache_config, model_name: str) -> int:
+    """The engine's block size: a group's without a block size of its own in the model
+    description (``KVCacheGroup.block_size``), else the first group's."""
+    own = [group.block_size for group in model_named(model_name).groups]
+    groups = kv_cache_config.kv_cache_groups
+    plain = [g.kv_cache_spec.block_size for g, size in zip(groups, own) if not size]
+    return plain[0] if plain else groups[0].kv_cache_spec.block_size
+
+
+def _check_groups(kv_cache_config, model_name: str, block_size: int, blocks_per_chunk: int):
+    """vLLM's KV cache groups must be the model description's (kind, window and block size, in
+    order). Groups of different block sizes are chunked one block each, as vLLM's
+    OffloadingConnector chunks them (0.32 ``build_offloading_config`` asserts one block size
+    where a chunk holds several), and run in vLLM's scheduler only (``group_blocks.py``)."""
     model, groups = model_named(model_name), kv_cache_config.kv_cache_groups
     seen = [(_SPEC_KIND.get(type(g.kv_cache_spec).__name__), getattr(g.kv_cache_spec, "sliding_window", None) or 0)
             for g in groups]
@@ -136,9 +149,13 @@ def _check_groups(kv_cache_config, model_name: str):
     if seen != wanted:
         raise ConfigError(f"KVOffloadConnector: vLLM's KV cache groups {[type(g.kv_cache_spec).__name__ for g in groups]} "
                           f"are not model {model.name!r}'s (option model)")
-    sizes = {g.kv_cache_spec.block_size for g in groups}
-    if len(sizes) != 1:
-        raise ConfigError(f"KVOffloadConnector: the KV cache groups' block sizes differ ({sorted(sizes)})")
+    sizes = [g.kv_cache_spec.block_size for g in groups]
+    if sizes != [group.tokens_per_block(block_size) for group in model.groups]:
+        raise ConfigError(f"KVOffloadConnector: vLLM's KV cache groups' block sizes {sizes} are not model "
+                          f"{model.name!r}'s (option model)")
+    if len(set(sizes)) > 1 and blocks_per_chunk != 1:
+        raise ConfigError(f"KVOffloadConnector: the KV cache groups' block sizes differ ({sorted(set(sizes))}): "
+                          f"a chunk is one block each, got blocks_per_chunk={blocks_per_chunk}")
     return groups[0]
 
 
@@ -162,10 +179,11 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         if kv_cache_config is None:
             raise ConfigError("KVOffloadConnector needs vLLM's kv_cache_config")
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
-        first = kv_cache_config.kv_cache_groups[0]
-        gpu_block_size = first.kv_cache_spec.block_size
+        gpu_block_size = _engine_block_size(kv_cache_config, extra.get("model", "dense"))
         self.options = ConnectorOptions.parse(extra, gpu_block_size)
-        group = _check_groups(kv_cache_config, self.options.model)
+        group = _check_groups(kv_cache_config, self.options.model, gpu_block_size, self.options.blocks_per_chunk)
+        if role != KVConnectorRole.SCHEDULER:
+            refuse_a_worker(kv_cache_config)  # its copies take one block size for every group
         bytes_per_block = group.kv_cache_spec.page_size_bytes * len(group.layer_names)
         retention = getattr(vllm_config.cache_config, "prefix_cache_retention_interval", 0)
         self.config = ConnectorConfig(
