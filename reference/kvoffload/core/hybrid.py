@@ -251,8 +251,9 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
     def pending_window_blocks(self, window_chunks: int) -> int:
         """The most window blocks a load may still need (``update_state_after_alloc``'s assert):
         the window in blocks and one more, for a hit ending inside a block (vLLM #48959, PR #49052,
-        0.27+; with groups of their own block sizes a full-attention chunk can end there, K16)."""
-        return window_chunks * self.config.blocks_per_chunk + 1
+        0.27+; with groups of their own block sizes a full-attention chunk can end there, K16);
+        0.25-0.26 allowed the window in blocks only (``ReleaseRules.window_load_spare_block``)."""
+        return window_chunks * self.config.blocks_per_chunk + int(self.fixes.rules.window_load_spare_block)
 
     # ---- the plan of one step ---------------------------------------------------------------
 

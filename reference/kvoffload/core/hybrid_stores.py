@@ -39,13 +39,21 @@ from kvoffload.core.types import (
 )
 
 
+def segment_chunks(alignment: int, tpc: int, window: int | None) -> int | None:
+    """vLLM 0.25-0.26's ``_alignment_chunk_count``: a group's chunks per full-attention chunk
+    where a window is shorter than that, None otherwise (full attention, same sizes)."""
+    if window is None or alignment <= tpc or window >= alignment // tpc:
+        return None
+    return alignment // tpc
+
+
 class HybridStorePlanner(StorePlanner):
     def __init__(self, config, fixes, manager, jobs, stats, cursor_moved, groups: tuple[KVCacheGroup, ...],
                  touch, chunk_tokens: tuple[int, ...], hashes_per_chunk: tuple[int, ...]):
         super().__init__(config, fixes, manager, jobs, stats, cursor_moved)
         self.groups = groups
         self._touch = touch  # vLLM <= 0.30: the connector's _touch after a store that allocated
-        # vLLM <= 0.29 stored every window chunk (ReleaseRules.windows)
+        # vLLM <= 0.29 stored every window chunk, 0.25-0.26 bar the segments' heads (ReleaseRules.windows)
         self._masked = fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._sliding = [group.kind is GroupKind.SLIDING_WINDOW for group in groups]
         self._mamba = [group.kind is GroupKind.MAMBA for group in groups]
@@ -58,6 +66,11 @@ class HybridStorePlanner(StorePlanner):
         # chunk). The models here have one full-attention chunk size at most.
         full = [tpc for group, tpc in zip(groups, chunk_tokens) if group.kind is GroupKind.FULL_ATTENTION]
         self._alignment = max(full or chunk_tokens)
+        # vLLM 0.25-0.26 (ReleaseRules.windows): a window's chunks per whole segment, None where
+        # every chunk is stored (SchedulerOffloadConfig's alignment_chunk_count).
+        tails = fixes.rules.windows is WindowRules.SEGMENT_TAILS and len(set(full)) == 1
+        self._segments = tuple(segment_chunks(full[0], tpc, group.window_chunks(tpc)) if tails else None
+                               for group, tpc in zip(groups, chunk_tokens))
 
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
@@ -136,9 +149,12 @@ class HybridStorePlanner(StorePlanner):
             mask = self.groups[g].reachable_block_mask(
                 start * bpc, end * bpc, tpcs[g] // bpc, self._alignment, self._retention, boundaries,
                 None if horizon is None else horizon * bpc) if self._masked else None
+            segment, window = self._segments[g], self.groups[g].window_chunks(tpcs[g])
             for i, (key, block) in enumerate(zip(keys, last_blocks)):
                 if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
                     continue
+                if segment is not None and (start + i) % segment < segment - window:
+                    continue  # vLLM 0.25-0.26: ahead of its whole segment's tail (K15)
                 wanted.append(key)
                 positions.append((start + i, g))  # recency: by chunk, then group (order_request_keys)
         if not wanted:
