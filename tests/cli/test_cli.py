@@ -96,6 +96,10 @@ def test_compare_shows_differences(capsys, tmp_path):
 def test_fixes_and_workloads_listings(capsys):
     code, stdout, _ = run_cli(capsys, "fixes")
     assert code == 0 and "final_token_watermark" in stdout and "#54288" in stdout and "vllm-0.29" in stdout
+    # every release rule of a preset, as docs/fixes.md's preset table has it
+    (old_release,) = [line for line in stdout.splitlines() if line.strip().startswith("vllm-0.25 ")]
+    assert "Mamba states stored from: block-table" in old_release and "store cursor: may move back" in old_release
+    assert old_release.endswith("window blocks a load may need: the window's")
     code, stdout, _ = run_cli(capsys, "workloads")
     assert code == 0 and "multi-turn-small" in stdout and "spec-decode" in stdout
     code, stdout, _ = run_cli(capsys, "workloads", "show", "multi-turn-small")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kvoffload.cli.flags import Once, UsageError
 from kvoffload.cli.outputs import DEFAULT_ROOT, REPORT_PAGE, check_output_dir, check_output_file
-from kvoffload.core.fixes import FIX_INFO, PRESETS, Fixes, presets_lacking
+from kvoffload.core.fixes import FIX_INFO, presets_lacking, release_rule_cells, release_rules_by_preset
 from kvoffload.workloads import describe_workload, list_workloads, load_workload
 
 
@@ -41,9 +41,8 @@ def _cmd_fixes(args: argparse.Namespace) -> int:
         print(f"  since vLLM:  {fix.first_release}")
         print(f"  off in:      {', '.join(lacking) if lacking else '(no preset)'}")
     print("\nrelease rules (docs/design.md, \"Connector rules\"):")
-    for label, rules in [(p.name, p.rules) for p in PRESETS.values()] + [("reference", Fixes().rules)]:
-        cursor = "monotonic" if rules.store_cursor_monotonic else "rewinds after preemption"
-        print(f"  {label:<10}  recency {rules.recency.value}, store cursor {cursor}")
+    for label, _, rules in release_rules_by_preset():
+        print(f"  {label:<10}  " + "; ".join(f"{heading}: {value}" for heading, value in release_rule_cells(rules).items()))
     return 0
 
 

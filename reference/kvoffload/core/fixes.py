@@ -259,16 +259,28 @@ def fix_flags_markdown() -> str:
     for info in FIX_INFO:
         lacking = ", ".join(presets_lacking(info.name)) or "(no preset)"
         lines.append(f"| `{info.name}` | {info.rule} | {info.reproduces} | {info.first_release} | {lacking} |")
-    lines += ["", "| preset | release | recency | store cursor | Mamba states stored from | window chunks "
-              "| window blocks a load may need |", "|---|---|---|---|---|---|---|"]
-    for name, release, rules in [(p.name, p.release, p.rules) for p in PRESETS.values()] + [
-            ("reference", "0.32.0", Fixes().rules)]:
-        cursor = "never moves back" if rules.store_cursor_monotonic else "may move back"
+    columns = tuple(release_rule_cells(Fixes().rules))
+    lines += ["", "| preset | release | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for name, release, rules in release_rules_by_preset():
         label = f"`{name}`" if name in PRESETS else name
-        bound = "the window's and one more" if rules.window_load_spare_block else "the window's"
-        lines.append(f"| {label} | {release} | {rules.recency.value} | {cursor} | {rules.mamba_stores.value} "
-                     f"| {rules.windows.value} | {bound} |")
+        lines.append(f"| {label} | {release} | " + " | ".join(release_rule_cells(rules).values()) + " |")
     return "\n".join(lines)
+
+
+def release_rules_by_preset() -> list[tuple[str, str, ReleaseRules]]:
+    """(name, release, rules) of every preset, then of the reference (vLLM 0.32.0)."""
+    return [(p.name, p.release, p.rules) for p in PRESETS.values()] + [("reference", "0.32.0", Fixes().rules)]
+
+
+def release_rule_cells(rules: ReleaseRules) -> dict[str, str]:
+    """Each release rule in words, by its heading: docs/fixes.md's preset table and ``kvoffload
+    fixes`` print these, so a new rule is added here once."""
+    return {"recency": rules.recency.value,
+            "store cursor": "never moves back" if rules.store_cursor_monotonic else "may move back",
+            "Mamba states stored from": rules.mamba_stores.value,
+            "window chunks": rules.windows.value,
+            "window blocks a load may need": "the window's and one more" if rules.window_load_spare_block
+            else "the window's"}
 
 
 # A fix whose bug another fix hides: switched off alone it moves nothing, because the other one
