@@ -77,6 +77,7 @@ class TestAcceptedDraftsLeaveTheBoundaryState:
         assert accepted_state_end(13, 2, 4) == 13  # 15 reaches no boundary
         assert accepted_state_end(16, 2, 4) == 16  # the real token ended on it
         assert accepted_state_end(14, 0, 4) == 14
+        assert accepted_state_end(14, 2, 4, known=15) == 14  # 16 lies past the sequence
 
     def test_every_state_loaded_is_the_one_its_boundary_needs(self):
         """spec-decode-small on qwen3-next with every state cached (dense retention): the states

@@ -110,7 +110,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     refused, refusals, refused_at = [], [], []
     for index, (workload, engine, choice, path) in enumerate(plan):
-        # the presets of vLLM 0.25-0.28 on a Mamba group (docs/hybrid.md)
+        # release rules that cannot replay the model (Fixes.model_refusal; no bundled model today)
         reason = choice.fixes.model_refusal(workload.engine.kv_model)
         if reason is not None:  # a preset of a release that cannot run the model: a row, refused
             refusals.append({"workload": workload.name, "connector": choice.label, "reason": reason})

@@ -66,11 +66,15 @@ class HybridStorePlanner(StorePlanner):
         # chunk). The models here have one full-attention chunk size at most.
         full = [tpc for group, tpc in zip(groups, chunk_tokens) if group.kind is GroupKind.FULL_ATTENTION]
         self._alignment = max(full or chunk_tokens)
-        # vLLM 0.25-0.26 (ReleaseRules.windows): a window's chunks per whole segment, None where
+        # vLLM 0.25-0.26 (ReleaseRules.windows): per group, its chunks per whole segment and how
+        # many of them lead the segment unstored (those before its window's tail), None where
         # every chunk is stored (SchedulerOffloadConfig's alignment_chunk_count).
         tails = fixes.rules.windows is WindowRules.SEGMENT_TAILS and len(set(full)) == 1
-        self._segments = tuple(segment_chunks(full[0], tpc, group.window_chunks(tpc)) if tails else None
-                               for group, tpc in zip(groups, chunk_tokens))
+        self._segments: list[tuple[int, int] | None] = []
+        for group, tpc in zip(groups, chunk_tokens):
+            window = group.window_chunks(tpc)
+            segment = segment_chunks(full[0], tpc, window) if tails else None
+            self._segments.append(None if segment is None else (segment, segment - window))
 
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
@@ -145,15 +149,17 @@ class HybridStorePlanner(StorePlanner):
                 raise ConnectorCrash(  # vLLM's `assert len(offload_keys) == len(offload_block_ids)`
                     f"assert len(offload_keys) == len(block_ids) failed for {req.req_id!r} group {g}: "
                     f"chunks {start}..{end}, {len(keys)} keys, {len(last_blocks)} blocks")
-            horizon = self._horizon(req, tpcs[g], end)  # a no-op where the window's chunk is the alignment's
-            mask = self.groups[g].reachable_block_mask(
-                start * bpc, end * bpc, tpcs[g] // bpc, self._alignment, self._retention, boundaries,
-                None if horizon is None else horizon * bpc) if self._masked else None
-            segment, window = self._segments[g], self.groups[g].window_chunks(tpcs[g])
+            mask = None
+            if self._masked:
+                horizon = self._horizon(req, tpcs[g], end)  # a no-op where the window's chunk is the alignment's
+                mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, tpcs[g] // bpc, self._alignment,
+                                                           self._retention, boundaries,
+                                                           None if horizon is None else horizon * bpc)
+            segment = self._segments[g]
             for i, (key, block) in enumerate(zip(keys, last_blocks)):
                 if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
                     continue
-                if segment is not None and (start + i) % segment < segment - window:
+                if segment is not None and (start + i) % segment[0] < segment[1]:
                     continue  # vLLM 0.25-0.26: ahead of its whole segment's tail (K15)
                 wanted.append(key)
                 positions.append((start + i, g))  # recency: by chunk, then group (order_request_keys)

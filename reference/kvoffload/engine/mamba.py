@@ -131,14 +131,16 @@ class MambaRows:
         self.retired.pop(req_id, None)
 
 
-def accepted_state_end(end: int, accepted: int, block_size: int) -> int:
+def accepted_state_end(end: int, accepted: int, block_size: int, known: int | None = None) -> int:
     """The tokens the state a step leaves in a request's running block summarises: ``end``, the
     last real token's count, or the block boundary that the step's accepted drafts reached, whose
     state the worker copies from its speculative column into that boundary's block, which is the
     running block (``postprocess_mamba_align_gpu``, ``vllm/v1/worker/mamba_utils.py``: the
-    accepted tokens cross one boundary at most, as ``k < block_size``)."""
+    accepted tokens cross one boundary at most, as ``k < block_size``). A boundary past the
+    ``known`` tokens of the request's sequence (its truth) is not reached: ``end``."""
     boundary = (end + accepted) // block_size * block_size
-    return boundary if accepted and boundary > end else end
+    reached = accepted and boundary > end and (known is None or boundary <= known)
+    return boundary if reached else end
 
 
 def aligned_split(num_computed: int, num_new: int, num_prompt_tokens: int, num_tokens: int,

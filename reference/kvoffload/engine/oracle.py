@@ -228,8 +228,7 @@ class KVOracle:
             if item.num_tokens:
                 count = item.start + item.num_tokens - item.drafts
                 if item.drafts:  # accepted drafts that reach a boundary leave its state there
-                    reached = accepted_state_end(count, item.accepted, bs)
-                    count = reached if reached <= len(item.live.truth) else count
+                    count = accepted_state_end(count, item.accepted, bs, len(item.live.truth))
                 blocks.append(item.live.tables[group][(count - 1) // bs])
                 hashes.append(fingerprints[item.live.req_id][count - 1])
                 counts.append(count)

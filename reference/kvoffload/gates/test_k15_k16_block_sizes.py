@@ -21,7 +21,7 @@ from kvoffload.gates.story import TINY, tokens
 
 MIXED = TINY.replace(model="mixed-blocks-tiny")
 NESTED = TINY.replace(model="nested-blocks-tiny", max_num_batched_tokens=8, prefix_cache_retention_interval=None)
-WINDOW_BLOCK = 4  # the window group's block: the engine's block size
+WINDOW_BLOCK = MIXED.block_size  # the window group's block: the engine's block size
 # Prompts over one period of both block grids (their lcm, 12) and a window beyond it.
 PROMPTS = range(8, 24)
 NEEDS_A_KNOWN_TIER = ("needs the scheduler side of vLLM's stock connector or of the reference: the story reads and "
@@ -163,7 +163,8 @@ class TestK15SlidingWindowHorizon:
     def test_a_chunked_prefill_stores_only_window_chunks_a_hit_can_read(self, kv_connector):
         stored, chunks = window_chunks_stored_in_prefill(kv_connector, 40)
         window = NESTED.kv_model.groups[1]
-        reachable = window.reachable_block_mask(0, chunks, NESTED.block_size, 12, None, (), chunks)
+        alignment = NESTED.kv_model.groups[0].block_size  # full attention's chunk: one block
+        reachable = window.reachable_block_mask(0, chunks, NESTED.block_size, alignment, None, (), chunks)
         unreachable = sorted(i for i in stored if not reachable[i])
         assert stored, "no window chunk was stored: the story never reached K15"
         assert not unreachable, f"window chunks {unreachable} stored that no hit can read (stored {sorted(stored)})"

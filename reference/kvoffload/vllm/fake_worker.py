@@ -64,9 +64,8 @@ class FakeWorker:
                 # or at the boundary its accepted drafts reached (engine/mamba.py, accepted_state_end)
                 states = []
                 for (req_id, start, values), (_, end) in zip(writes, self._written_ends):
-                    reached = accepted_state_end(end, accepted.get(req_id, 0), bs)
-                    state = reached if reached <= len(self._sequences[req_id].truth) else end
                     if end > start:
+                        state = accepted_state_end(end, accepted.get(req_id, 0), bs, len(self._sequences[req_id].truth))
                         states.append((self.tables.groups[req_id][group], state, int(values[state - start - 1])))
                 write_states(cells, states, bs, group)
                 continue

@@ -176,7 +176,7 @@ class StoreSubmitDelays:
             per_chunk = (len(job.gpu_block_ids) + sum(skips)) // len(skips) if skips else 0
             full_at, last = self._full_at, -1
             # the last block of each chunk (a chunk may skip leading blocks, or stop early)
-            for count in (job.chunk_counts or [per_chunk - skip for skip in skips]):
+            for count in job.counts(per_chunk):
                 last += count
                 self.record.store_submit_delays.append(self.step - full_at.get(job.gpu_block_ids[last], self.step))
             return submit(job)
