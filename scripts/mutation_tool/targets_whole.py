@@ -112,7 +112,7 @@ WHOLE_TESTS_OF: dict[str, tuple[str, ...]] = {
                                      "tests/vllm/test_k17_drafter_groups.py", "tests/vllm/test_k19_divergent_hits.py"),
     "gates/test_k15_k16_block_sizes.py": ("tests/vllm/test_k15_k16_block_sizes.py",),
     "vllm/compat/v0_27.py": ("tests/vllm/test_compat.py",),
-    # its own tests are on demand (test_controls.py): no CI selection kills its mutants yet
+    # CI runs its refusals and each control's one changed answer (tests/vllm/control_probe.py)
     "vllm/controls.py": ("tests/vllm/test_controls.py",),
     "vllm/fake_worker.py": ("tests/vllm/test_mamba.py",) + _VLLM_CORE,
     "vllm/foreign.py": ("tests/vllm/test_foreign_connectors.py", "tests/vllm/test_foreign_failures.py"),

@@ -3,7 +3,8 @@ scheduler switched in a release (``kvoffload.vllm.controls``), and the row moves
 release on the other side of the rule measured (docs/fidelity.md, "Real releases against their
 presets"). A control patches vLLM for the rest of its process, so each run is a subprocess of
 ``python -m kvoffload.vllm.rows --control NAME``; the replays are the on-demand kind
-(scripts/vllm-on-demand runs them in any release's venv), the refusals run in CI."""
+(scripts/vllm-on-demand runs them in any release's venv). CI runs the refusals and, for each
+control of its release, the one scheduler question the control changes (``control_probe.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,6 +51,41 @@ def test_a_control_names_the_releases_it_changes_and_refuses_the_others():
     outside = next(name for name in CONTROLS if not in_range(name))  # every release lacks one of the rules
     with pytest.raises(ConfigError, match=f"changes a rule of vLLM .*; this is {RELEASE_TEXT}"):
         apply_control(outside)
+
+
+def probe(*controls: str) -> tuple[dict, dict]:
+    """A scheduler's answers before and after ``controls`` (tests/vllm/control_probe.py)."""
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("control_probe.py")), *controls],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = json.loads(done.stdout.splitlines()[-1])
+    return answers["before"], answers["after"]
+
+
+# control -> the one answer it changes, and to what; every other answer must stay
+CHANGES = {
+    "no-spec-decode-reservation-admitting": ("spec_step_blocks", lambda before: 0),
+    "no-spec-decode-reservation-inflight": ("remaining_blocks", lambda before: before - 1),
+    "preempt-victims-in-flight": ("victim_allowed", lambda before: True),
+}
+
+
+@pytest.mark.parametrize("name", [name for name in CHANGES if in_range(name)] or [pytest.param(
+    "none", marks=pytest.mark.skip(reason=f"no control of {RELEASE_TEXT} asks a probed question"))])
+def test_a_control_changes_the_one_answer_it_names(name):
+    """The 46-token request of a k = 2 scheduler: 3 blocks of its own and a 4th for a spec step;
+    its step is in flight, so its blocks are not freed now, nor is it a victim. Each control
+    switches one of these answers, and the deferred free stays as it was."""
+    answer, expected = CHANGES[name]
+    before, after = probe(name)
+    assert (before["victim_allowed"], before["blocks_freed_now"]) == (False, False)
+    if "remaining_blocks" in before:
+        assert (before["spec_step_blocks"], before["remaining_blocks"]) == (1, 4)
+    assert after[answer] == expected(before[answer]) != before[answer]
+    # 0.31 adds the spec step's blocks to a request's remaining ones from _spec_decode_step_blocks()
+    # itself, so the admitting half moves both there (0.32 counts the step's tokens instead)
+    unchanged = {key for key in before if key != answer and not (RELEASE < (0, 32, 0) and key == "remaining_blocks")}
+    assert {key: after[key] for key in unchanged} == {key: before[key] for key in unchanged}
 
 
 @pytest.mark.vllm_on_demand
