@@ -2,12 +2,14 @@
 
 The model is ``gpt-oss-tiny``: full attention (group 0) and an 8-token sliding window (group 1);
 block size 4, one block per chunk. A window's blocks behind it go back to the pool while its
-request runs. K18's and K19's is ``qwen3-next``: full attention and a Mamba group in align mode
-(group 1), block size 16. K15, K16 and K17 are gates of vLLM's scheduler only
-(catalogue.VLLM_ONLY: groups of different block sizes, an EAGLE drafter).
+request runs. K17's, K18's and K19's is ``qwen3-next``: full attention and a Mamba group in align
+mode (group 1), block size 16; K17's with an EAGLE drafter (``eagle_drafts``). K15 and K16 are
+gates of vLLM's scheduler only (catalogue.VLLM_ONLY: groups of different block sizes).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 from planted import (StaleWindowBlocksScheduler, StatelessDivergentLoadScheduler, UnfencedWindowScheduler,
@@ -165,6 +167,64 @@ class TestK18MambaStateAtABoundary:
         record = self.replay(scheduling, connector_class=UnroundedMambaHitScheduler)
         assert record.connector_hit_tokens_admitted == 63
         assert poisoned(record) == [("C", 3, 1)] and record.poisoned[0].group == 1
+
+
+class TestK17DrafterGroupsOnHybrids:
+    """vLLM #52735 (PRs #52771, #52807; fixed in 0.30.0). ``qwen3-next`` with an EAGLE drafter of
+    one token (``eagle_drafts``; engine/drafter.py) whose KV shares the target's groups, none
+    flagged a drafter's (a shared-group MTP model). The engine checkpoints B's Mamba state one
+    block early, at 48 (``_mamba_block_aligned_split``), and keeps that state (``replay_boundaries``
+    under EAGLE). vLLM 0.25-0.29's connector took every group for a drafter's
+    (``ReleaseRules.unflagged_groups_draft``): a drafter group drops the last chunk it finds, and
+    the Mamba group, a window of one chunk, then needs the state at 32 too, never stored: C (B's
+    64 + 4, after the GPU cache forgot B) is served 0 instead of 48 (docs/hybrid.md, "Gates")."""
+
+    CONFIG = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64, eagle_drafts=1)
+
+    def requests(self):
+        p = tuple(range(1000, 1064))
+        return [RequestSpec("B", p + tuple(range(5000, 5006)), tokens(2, 4)),
+                RequestSpec("C", p + tuple(range(6000, 6004)), tokens(3, 4), arrival_step=12)]
+
+    def replay(self, scheduling: str, fixes: Fixes | None = None, **changes):
+        config = self.CONFIG.replace(scheduling=scheduling, **changes)
+        return engine(self.requests(), config, fixes, forget_gpu_cache_before=(12,)).run()
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_c_gets_the_state_checkpointed_a_block_early(self, scheduling):
+        record = self.replay(scheduling)
+        assert_healthy(record)
+        assert record.finished_requests == 2
+        assert window_chunks_stored(record, "B") == {2}  # the Mamba state at 48, not at 64
+        assert record.connector_hit_tokens_admitted == 48
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_without_a_drafter_the_state_is_at_64(self, scheduling):
+        """The story with n-gram's rules (no EAGLE): B's state is at its replay boundary, 64."""
+        record = self.replay(scheduling, eagle_drafts=0)
+        assert window_chunks_stored(record, "B") == {3}
+        assert record.connector_hit_tokens_admitted == 64
+
+    @pytest.mark.parametrize("scheduling", SCHEDULINGS)
+    def test_every_group_a_drafter_serves_nothing(self, scheduling):
+        """The bug planted into the reference: its 0.32 rules, every group taken for a drafter's."""
+        rules = dataclasses.replace(Fixes().rules, unflagged_groups_draft=True)
+        record = self.replay(scheduling, Fixes(rules=rules))
+        assert_healthy(record)
+        assert window_chunks_stored(record, "B") == {2}  # the stores look healthy
+        assert record.connector_hit_tokens_admitted == 0
+
+    @pytest.mark.parametrize("preset", MAMBA_PRESETS)
+    def test_the_presets_fail_as_their_releases(self, preset):
+        """vllm-0.25, 0.26 and 0.29 take every group for a drafter's and serve 0, as 0.25.0-0.28.0
+        do in vLLM's scheduler (0.29.0 serves 0 for a reason of its own too, docs/hybrid.md);
+        vllm-0.30 serves 48."""
+        record = self.replay("sync", Fixes.preset(preset))
+        assert_healthy(record)
+        served = 0 if PRESETS[preset].rules.unflagged_groups_draft else 48
+        assert record.connector_hit_tokens_admitted == served
+        assert {name for name, p in PRESETS.items() if p.rules.unflagged_groups_draft} == \
+            {"vllm-0.25", "vllm-0.26", "vllm-0.29"}
 
 
 class OptedInScheduler(HybridConnectorScheduler):

@@ -45,6 +45,8 @@ READERS = {
     "max_num_seqs": (3, lambda r: r.scheduler.max_num_running_reqs, None),
     "max_num_batched_tokens": (96, lambda r: r.scheduler.max_num_scheduled_tokens, None),
     "spec_tokens": (3, lambda r: r.scheduler.num_spec_tokens, None),
+    "eagle_drafts": (1, lambda r: r.scheduler.connector.config.eagle_drafts,
+                     lambda r: r.scheduler.num_spec_tokens if r.scheduler.use_eagle else 0),
     "spec_acceptance": (0.0, lambda r: accepted_drafts(r), None),
     "store_completion_steps": (4, lambda r: {h.completion_steps for h in _handlers(r)}.pop(), None),
     "seed": (11, lambda r: r.config.model_config.seed, None),
@@ -77,7 +79,10 @@ def accepted_drafts(replay) -> float:
 
 
 def replay_with(name: str, value, source: str) -> VllmSchedulerReplay:
-    engine = BASE.replace(**{name: value})
+    base = BASE
+    if name == "eagle_drafts":  # modelled on a full-attention and Mamba model only (engine/config.py)
+        base = BASE.replace(model="qwen3-next", blocks_per_chunk=1)
+    engine = base.replace(**{name: value})
     if name == "spec_acceptance":  # drafts need k > 0 and a request long enough to decode
         engine = engine.replace(spec_tokens=2)
     request = RequestSpec("A", tuple(range(3, 43)), tuple(range(50, 70)))

@@ -53,15 +53,12 @@ def test_the_connector_is_told_a_drafter_and_no_drafter_group(drafter):
     """What the story hands vLLM: an EAGLE speculative config, the target's two groups, none
     flagged, the Mamba group a speculative state block for its one draft token. Without the
     drafter, the build of every other replay: no speculative config, no speculative block."""
-    from contextlib import nullcontext
-
     from kvoffload.gates.test_k14_k19_hybrid import MAMBA
-    from kvoffload.vllm.build import ConnectorLoad, build_kv_cache_config, build_vllm_config, eagle_drafter
+    from kvoffload.vllm.build import ConnectorLoad, build_kv_cache_config, build_vllm_config
 
-    load = ConnectorLoad(STOCK)
-    with eagle_drafter(1) if drafter else nullcontext():
-        config = build_vllm_config(MAMBA, load.transfer_config(MAMBA, "stepped"), 128, load)
-        groups = build_kv_cache_config(config, MAMBA).kv_cache_groups
+    load, engine = ConnectorLoad(STOCK), MAMBA.replace(eagle_drafts=int(drafter))
+    config = build_vllm_config(engine, load.transfer_config(engine, "stepped"), 128, load)
+    groups = build_kv_cache_config(config, engine).kv_cache_groups
     assert (config.speculative_config is not None and config.speculative_config.use_eagle()) is drafter
     assert [type(g.kv_cache_spec).__name__ for g in groups] == ["FullAttentionSpec", "MambaSpec"]
     assert not any(g.is_eagle_group for g in groups)
@@ -101,3 +98,41 @@ def test_the_drafter_flags_alone_cost_the_hit(monkeypatch):
 def test_the_reference_serves_the_hit(monkeypatch):
     record, built = run_gate(REFERENCE, monkeypatch)
     assert built.ledger.first_admission["C"] == (0, 48)
+
+
+@pytest.mark.skipif(not FIXED, reason="the reference runs K17 from vLLM 0.30 (0.29's scheduler offers no state "
+                    "under EAGLE)")
+@pytest.mark.parametrize("preset, served", [(None, 48), ("vllm-0.30", 48), ("vllm-0.29", 0), ("vllm-0.25", 0)])
+def test_the_simulator_tells_the_same_story(preset, served, monkeypatch):
+    """Differential: K17's story in vLLM's scheduler and in the engine (``eagle_drafts``), the
+    reference or a preset on both: C's first admission (GPU hit, connector hit) agrees, 48 from
+    the tier where no group is a drafter's, 0 where every group is (tests/gates, K17)."""
+    from kvoffload.core.fixes import Fixes
+    from kvoffload.engine.engine import Engine
+    from kvoffload.gates import test_k14_k19_hybrid as gates
+    from kvoffload.gates.plugin import GateConnector
+
+    kept = []
+    plain = gates.replay
+
+    def keeping(kv_connector, requests, config, **kwargs):
+        kept.append((requests, config, kwargs["forget_gpu_cache_before"], plain(kv_connector, requests, config, **kwargs)))
+        return kept[-1][-1]
+    monkeypatch.setattr(gates, "replay", keeping)
+    story = gates.TestK17DrafterGroupsOnHybrids().test_a_drafter_config_leaves_the_mamba_group_its_hit
+    try:
+        story(GateConnector(REFERENCE, preset))
+    except AssertionError:
+        assert served == 0  # the gate fails where the connector serves nothing
+    requests, config, (forget,), (record, built) = kept[0]
+    engines: list[Engine] = []
+
+    def forget_cache(next_step: int, finished: int) -> None:
+        if next_step == forget:
+            engines[0].pool.uncache_free_blocks()
+    engines.append(Engine(requests, config, Fixes.preset(preset) if preset else Fixes(), on_step=forget_cache,
+                          skip_idle=False, max_steps=200))
+    simulated = engines[0].run()
+    assert built.ledger.first_admission["C"] == (0, served)
+    assert (simulated.gpu_hit_tokens, simulated.connector_hit_tokens_admitted) == (0, served)
+    assert record.problems() == [] and simulated.poisoned == []

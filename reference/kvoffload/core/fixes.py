@@ -154,6 +154,10 @@ class ReleaseRules:
     # vLLM 0.27+ (PR #49052) lets a load need one window block more than the window in blocks: a
     # hit ending inside a block spans it (K16). 0.25-0.26 asserted the window in blocks, no more.
     window_load_spare_block: bool = True
+    # vLLM 0.25-0.29 (SchedulerOffloadConfig.from_spec): under an EAGLE/MTP drafter with no KV cache
+    # group flagged a drafter's, every group was taken for one (vLLM #52735, K17; core/drafter.py);
+    # 0.30+ takes none (PRs #52771, #52807).
+    unflagged_groups_draft: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,7 +220,8 @@ class Preset:
     rules: ReleaseRules
 
 
-_UP_TO_0_29 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, windows=WindowRules.EVERY_CHUNK)
+_UP_TO_0_29 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, windows=WindowRules.EVERY_CHUNK,
+                           unflagged_groups_draft=True)
 _UP_TO_0_30 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS)
 _UP_TO_0_26 = dataclasses.replace(_UP_TO_0_29, windows=WindowRules.SEGMENT_TAILS, mamba_stores=MambaStores.BLOCK_TABLE,
                                   window_load_spare_block=False)
@@ -280,7 +285,8 @@ def release_rule_cells(rules: ReleaseRules) -> dict[str, str]:
             "Mamba states stored from": rules.mamba_stores.value,
             "window chunks": rules.windows.value,
             "window blocks a load may need": "the window's and one more" if rules.window_load_spare_block
-            else "the window's"}
+            else "the window's",
+            "drafter groups, none flagged": "every group" if rules.unflagged_groups_draft else "none"}
 
 
 # A fix whose bug another fix hides: switched off alone it moves nothing, because the other one

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from kvoffload.core.drafter import drafter_groups
 from kvoffload.core.fixes import Fixes, WindowRules
 from kvoffload.core.hybrid_stores import HybridStorePlanner
 from kvoffload.core.keys import chunk_tokens, group_key, hash_tokens, refresh_group_keys
@@ -68,6 +69,8 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         self._windows_0_30 = self.fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._stores = HybridStorePlanner(config, self.fixes, self.manager, self.jobs, self.stats,
                                           self._cursor_moved, self.groups, self._touch, self._tpc, self._hpc)
+        # the groups an EAGLE/MTP drafter's (core/drafter.py): their lookups and stores lose a chunk
+        self._drafters = self._stores.drafters = drafter_groups(self.groups, config.eagle_drafts, self.fixes.rules)
 
     def connector_groups(self) -> int:
         return len(self.groups)
@@ -110,6 +113,7 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
         chunks; None: ask again (a chunk is pending or being loaded)."""
         max_hit = self._lookup_bound(state.req)
         num_hit, defer, order = 0, False, self._lookup_order
+        verified: set[int] = set()  # drafter groups that dropped their chunk this round (eagle_verified)
         while order:
             looked_at_window = False
             groups, order = order, ()
@@ -118,24 +122,30 @@ class HybridConnectorScheduler(ReferenceConnectorScheduler):
                 max_hit = min(max_hit, len(keys) * tpc)
                 if max_hit - num_local_tokens < tpc:
                     return 0
-                num_chunks = min(cdiv(max_hit, tpc), len(keys))
+                drop = int(g in self._drafters and g not in verified)  # one chunk more, then dropped
+                num_chunks = min(cdiv(min(max_hit + drop * tpc, len(keys) * tpc), tpc), len(keys))
                 start = num_local_tokens // tpc
                 window = self._windows[g]
                 if window is None:
                     found = self._prefix_lookup(keys, start, num_chunks)
                 else:
-                    first = self.groups[g].load_window_chunks(tpc, min(max_hit, num_chunks * tpc)) \
+                    first = self.groups[g].load_window_chunks(tpc, min(max_hit, (num_chunks - drop) * tpc)) \
                         if self._windows_0_30 else window
-                    found = self._window_lookup(keys, start, num_chunks, window, first)
+                    found = self._window_lookup(keys, start, num_chunks, window + drop, first + drop)
                 if found == 0:
                     return 0
                 if found is None:
                     defer = True
                 else:
+                    if drop:
+                        found -= 1
+                        verified.add(g)
                     max_hit = min(max_hit, tpc * (start + found))
                 if max_hit - num_local_tokens < tpc:
                     return 0
                 if max_hit - num_local_tokens < num_hit:
+                    if g not in self._drafters:  # a shorter hit: every drafter group drops again
+                        verified.clear()
                     if defer:  # once more over every group: does it still defer?
                         defer, order = False, self._lookup_order
                     elif looked_at_window and not order:  # the windows again, at the shorter hit

@@ -21,6 +21,7 @@ another in the job (``MambaStores.BLOCK_TABLE``, ``packed_chunks``; docs/hybrid.
 
 from __future__ import annotations
 
+from kvoffload.core.drafter import storable_chunks
 from kvoffload.core.fixes import MambaStores, WindowRules
 from kvoffload.core.keys import refresh_group_keys
 from kvoffload.core.model import GroupKind, KVCacheGroup
@@ -59,6 +60,7 @@ class HybridStorePlanner(StorePlanner):
         self._mamba = [group.kind is GroupKind.MAMBA for group in groups]
         # vLLM 0.25-0.28 stored a Mamba group from its block table (ReleaseRules.mamba_stores)
         self._mamba_from_table = fixes.rules.mamba_stores is MambaStores.BLOCK_TABLE
+        self.drafters: frozenset[int] = frozenset()  # the connector's drafter groups (core/drafter.py)
         self._retention = config.prefix_cache_retention_interval
         self._tpcs, self._hpc = chunk_tokens, hashes_per_chunk  # per group (core/keys.py)
         # Loads are aligned to full attention's chunks: a window's blocks are reachable relative
@@ -118,8 +120,9 @@ class HybridStorePlanner(StorePlanner):
 
     def _storable(self, state: RequestState, g: int, num_tokens: int) -> int:
         """``storable_chunks``: whole chunks under the watermark, allocated and keyed."""
-        group = state.groups[g]
-        chunks = num_tokens // self._tpcs[g]
+        group, req = state.groups[g], state.req
+        chunks = storable_chunks(num_tokens // self._tpcs[g], g in self.drafters, num_tokens > req.num_prompt_tokens,
+                                 req.status.is_finished)
         if self.fixes.storable_within_allocated:
             chunks = min(chunks, len(group.block_ids) // self._bpc, len(group.offload_keys))
         return chunks

@@ -254,6 +254,9 @@ class KVGeometry:
     # only where a replay resumes; None: densely; n: also every n tokens).
     model: str = "dense"
     prefix_cache_retention_interval: int | None = 0
+    # An EAGLE/MTP drafter's speculative tokens in vLLM's SpeculativeConfig (use_eagle()); 0: none
+    # (n-gram drafts or none). The connector reads it as vLLM's does: which groups are a drafter's.
+    eagle_drafts: int = 0
 
     @property
     def tokens_per_chunk(self) -> int:

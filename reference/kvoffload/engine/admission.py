@@ -29,6 +29,7 @@ from kvoffload.core.types import RequestStatus, cdiv
 from kvoffload.engine import spec
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.drafter import decode_step_slots
 from kvoffload.engine.live import LiveRequest, Phase
 from kvoffload.engine.observer import RunObserver
 
@@ -220,7 +221,7 @@ class Admission:
         """Blocks the admitted prefills still need for their whole prompt (and, with drafts,
         one decode step), as vLLM's ``_inflight_prefill_reserved_blocks``."""
         bs = self.config.block_size
-        extra = 1 + self.config.spec_tokens if self.config.spec_tokens else 0
+        extra = decode_step_slots(self.config)
         hybrid = self.scheduler.hybrid
         if hybrid is not None:
             return sum(hybrid.remaining_blocks(live, extra) for live in self.scheduler.inflight_prefills.values())

@@ -43,6 +43,9 @@ class EngineConfig:
     # rules (docs/engine.md, "Hybrid models"). The retention interval is vLLM's (CacheConfig).
     model: str = _SHARED.model
     prefix_cache_retention_interval: int | None = _SHARED.prefix_cache_retention_interval
+    # An EAGLE drafter of this many speculative tokens (engine/drafter.py): its cache rules, no
+    # drafts proposed. spec_tokens (n-gram) stays the engines' drafter otherwise.
+    eagle_drafts: int = _SHARED.eagle_drafts
 
     def __post_init__(self) -> None:
         positive = ("gpu_blocks", "cpu_chunks", "block_size", "blocks_per_chunk", "max_num_seqs",
@@ -50,6 +53,7 @@ class EngineConfig:
         for name in positive:
             _check_int(name, getattr(self, name), minimum=1)
         _check_int("spec_tokens", self.spec_tokens, minimum=0)
+        _check_int("eagle_drafts", self.eagle_drafts, minimum=0)
         _check_int("store_completion_steps", self.store_completion_steps, minimum=0)
         _check_int("slot_bytes", self.slot_bytes, minimum=8)
         if self.slot_bytes % 8:
@@ -71,6 +75,13 @@ class EngineConfig:
         """vLLM's checks of a model and its retention interval (``_validate_prefix_cache_retention_interval``)."""
         model = self.kv_model
         retention = self.prefix_cache_retention_interval
+        if self.eagle_drafts:
+            if self.spec_tokens:
+                raise ConfigError("eagle_drafts and spec_tokens (n-gram drafts): one drafter at most")
+            if not model.has_mamba or model.has_sliding_window:
+                # the dense scheduler's inlined hit and a window's EAGLE-shifted masks are not modelled
+                raise ConfigError(f"eagle_drafts is modelled on a model of full attention and Mamba only, "
+                                  f"not {model.name!r}")
         if retention is not None:
             _check_int("prefix_cache_retention_interval", retention, minimum=0)
             if retention % self.block_size:

@@ -35,6 +35,8 @@ from kvoffload.core.model import GroupKind, KVCacheGroup
 from kvoffload.core.types import NULL_BLOCK, BlockId, cdiv
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.drafter import (checkpoint_position, decode_step_slots, eagle_drafts, full_attention_hit,
+                                      replay_boundaries, speculative_tokens)
 from kvoffload.engine.live import LiveRequest
 from kvoffload.engine.mamba import MambaRows, aligned_split
 
@@ -52,12 +54,12 @@ class HybridKV:
         self.caps = [group.admission_cap(config.block_size, in_flight) for group in self.groups]
         self.windowed = [g for g, group in enumerate(self.groups) if group.kind is GroupKind.SLIDING_WINDOW]
         # A Mamba group holds a state block per draft token (MambaSpec.num_speculative_blocks).
-        self.mamba = {g: MambaRows(g, pool, config.block_size, config.spec_tokens)
+        self.mamba = {g: MambaRows(g, pool, config.block_size, speculative_tokens(config))
                       for g, group in enumerate(self.groups) if group.kind is GroupKind.MAMBA}
         self.others = [g for g, group in enumerate(self.groups) if group.kind is not GroupKind.FULL_ATTENTION]
         # _spec_decode_step_blocks: one decode step's blocks in every non-Mamba group.
-        k = config.spec_tokens
-        self.spec_step_blocks = (len(self.groups) - len(self.mamba)) * cdiv(1 + k, config.block_size) if k else 0
+        self.spec_step_blocks = (len(self.groups) - len(self.mamba)) * cdiv(decode_step_slots(config), config.block_size)
+        self.eagle = bool(eagle_drafts(config))  # every group a drafter's: no group of its own (drafter.py)
         # The Mamba states cached since the last schedule, (request, group, block, boundary
         # tokens), for the connector (``_pending_boundary_state_offloads``).
         self.boundary_offers: list[tuple[str, int, BlockId, int]] = []
@@ -75,7 +77,7 @@ class HybridKV:
         ``num_tokens - 1`` tokens (the last one is recomputed for its logits)."""
         hashes, bs, pool = live.req.block_hashes, self.block_size, self.pool
         hits: Tables = [[] for _ in self.groups]
-        hits[0] = full = pool.cached_prefix(hashes, (live.req.num_tokens - 1) // bs)  # a fresh list
+        hits[0] = full = full_attention_hit(pool.cached_prefix, hashes, live.req.num_tokens - 1, bs, self.eagle)
         length = longest = len(full) * bs
         while True:  # the fixed point of HybridKVCacheCoordinator.find_longest_cache_hit
             candidate = length
@@ -102,7 +104,7 @@ class HybridKV:
             return (*self.prefix_hit(live), False)
         hashes, bs, max_length = live.req.block_hashes, self.block_size, live.req.num_tokens - 1
         hits: Tables = [[] for _ in self.groups]
-        hits[0] = self.pool.cached_prefix(hashes, max_length // bs)
+        hits[0] = full_attention_hit(self.pool.cached_prefix, hashes, max_length, bs, self.eagle)
         for g in self.others:
             rows = self.mamba.get(g)
             hits[g] = self._window_hit(g, hashes, max_length) if rows is None else rows.hit(hashes, max_length)
@@ -226,7 +228,7 @@ class HybridKV:
         if full_blocks <= min(live.cached_blocks):
             return  # the decode step: no block filled
         junction = req.shared_prefix_boundary
-        boundaries = (req.num_prompt_tokens - 1, junction) if junction else (req.num_prompt_tokens - 1,)
+        boundaries = replay_boundaries(req.num_prompt_tokens, bs, self.eagle) + ((junction,) if junction else ())
         for g, group in enumerate(self.groups):
             start = live.cached_blocks[g]
             if start >= full_blocks:
@@ -247,10 +249,10 @@ class HybridKV:
     def _mark_prompt_state(self, live: LiveRequest, full_blocks: int) -> None:
         """``MambaManager._cache_partial_tail_block``, in the suite's geometry: a caching call
         ending exactly at the prompt's replay boundary (``num_prompt_tokens - 1`` rounded down,
-        the coordinator's ``_align_cacheable``) registers the state block there again, hit or not,
+        the coordinator's ``_align_cacheable``; a block lower under EAGLE, drafter.checkpoint_position) registers the state block there again, hit or not,
         so a sibling cannot take it as its hit in this step (``cached_blocks_this_step``)."""
         req, bs = live.req, self.block_size
-        if not full_blocks or full_blocks != (req.num_prompt_tokens - 1) // bs:
+        if not full_blocks or full_blocks * bs != checkpoint_position(req.num_prompt_tokens, bs, self.eagle):
             return
         for g, rows in self.mamba.items():
             table = live.tables[g]
@@ -312,7 +314,7 @@ class HybridKV:
         callers ask only with a Mamba group (``need_mamba_block_aligned_split``)."""
         req = live.req
         return aligned_split(num_computed, num_new, req.num_prompt_tokens, req.num_tokens,
-                             req.shared_prefix_boundary, self.block_size, self.max_prefill_tokens)
+                             req.shared_prefix_boundary, self.block_size, self.max_prefill_tokens, self.eagle)
 
     def take_boundary_offers(self) -> dict[str, tuple[tuple[int, BlockId, int], ...]]:
         """``take_boundary_state_offloads``: per request, (group, block, boundary) in offer order."""

@@ -33,6 +33,7 @@ from typing import Sequence
 from kvoffload.core.keys import group_key
 from kvoffload.core.types import NULL_BLOCK, BlockId, cdiv
 from kvoffload.engine.block_pool import BlockPool
+from kvoffload.engine.drafter import checkpoint_position
 
 
 class MambaRows:
@@ -144,7 +145,7 @@ def accepted_state_end(end: int, accepted: int, block_size: int, known: int | No
 
 
 def aligned_split(num_computed: int, num_new: int, num_prompt_tokens: int, num_tokens: int,
-                  junction: int, block_size: int, max_prefill_tokens: int) -> int:
+                  junction: int, block_size: int, max_prefill_tokens: int, eagle: bool = False) -> int:
     """``Scheduler._mamba_block_aligned_split``: the tokens a prefill chunk from ``num_computed``
     (local and external hits counted) may take of ``num_new`` so that it ends where a Mamba state
     is materialised. 0: nothing fits this step."""
@@ -152,8 +153,8 @@ def aligned_split(num_computed: int, num_new: int, num_prompt_tokens: int, num_t
     prefill_end = max(num_prompt_tokens, num_tokens - 1)  # a resumed request replays its outputs
     if start >= prefill_end:
         return num_new
-    # get_mamba_prefill_checkpoint_position: one token is recomputed on a resend
-    last_cache_position = max(0, (num_tokens - 1) // block_size * block_size)
+    # one token is recomputed on a resend; under EAGLE a block (drafter.checkpoint_position)
+    last_cache_position = checkpoint_position(num_tokens, block_size, eagle)
     end = start + num_new
     if end < prefill_end:  # not the prompt's last chunk: end on a block boundary
         aligned_end = end // block_size * block_size

@@ -55,8 +55,6 @@ VLLM_ONLY: dict[str, str] = {
            "nested-blocks-tiny)",
     "K16": "needs KV cache groups of different block sizes (a window load then ends inside a window block); the "
            "engine gives every group one block size, vLLM's scheduler builds them (model mixed-blocks-tiny)",
-    "K17": "needs vLLM's EAGLE/MTP speculative config (the connector reads use_eagle() and each group's "
-           "is_eagle_group); the simulator's drafts are n-gram, with no drafter config",
 }
 
 # Needs something this project does not model: one line each, no test that cannot fail.

@@ -119,24 +119,22 @@ MAMBA = TINY.replace(model="qwen3-next", block_size=16, gpu_blocks=64)
 
 class TestK17DrafterGroupsOnHybrids:
     """vLLM #52735 (PRs #52771, #52807; fixed in 0.30.0). ``qwen3-next`` with an EAGLE drafter
-    (``vllm/build.py``, ``eagle_drafter``) and, as for a shared-group MTP model, no KV cache group
-    flagged a drafter: vLLM 0.25-0.29's connector then took every group for one
-    (``SchedulerOffloadConfig.from_spec``); a drafter group drops its trailing chunk from a
-    lookup, the Mamba group's servable window is one chunk, so every hit was 0 while the stores
-    looked healthy. B (P = 64 tokens, + 6): under EAGLE vLLM's scheduler checkpoints the Mamba
-    state one block early, at 48 (``_mamba_block_aligned_split``). C = P + 4, after the GPU cache
-    forgot B, must get those 48 tokens back (docs/hybrid.md, "Gates")."""
+    (the engine setting ``eagle_drafts``: vLLM's SpeculativeConfig, no drafts proposed) and, as for
+    a shared-group MTP model, no KV cache group flagged a drafter: vLLM 0.25-0.29's connector then
+    took every group for one (``SchedulerOffloadConfig.from_spec``); a drafter group drops its
+    trailing chunk from a lookup, the Mamba group's servable window is one chunk, so every hit was
+    0 while the stores looked healthy. B (P = 64 tokens, + 6): under EAGLE vLLM's scheduler
+    checkpoints the Mamba state one block early, at 48 (``_mamba_block_aligned_split``). C = P + 4,
+    after the GPU cache forgot B, must get those 48 tokens back (docs/hybrid.md, "Gates")."""
 
     def test_a_drafter_config_leaves_the_mamba_group_its_hit(self, kv_connector):
         from kvoffload.core.types import ConfigError
-        from kvoffload.vllm.build import eagle_drafter
 
         p = tuple(range(1000, 1064))
         requests = [RequestSpec("B", p + tuple(range(5000, 5006)), tokens(2, 4)),
                     RequestSpec("C", p + tuple(range(6000, 6004)), tokens(3, 4), arrival_step=12)]
         try:
-            with eagle_drafter(1):
-                record, _ = replay(kv_connector, requests, MAMBA, forget_gpu_cache_before=(12,))
+            record, _ = replay(kv_connector, requests, MAMBA.replace(eagle_drafts=1), forget_gpu_cache_before=(12,))
         except ConfigError as error:
             pytest.skip(f"cannot run a Mamba group with a drafter: {error}")
         assert_served_back(record, kv_connector, 48)

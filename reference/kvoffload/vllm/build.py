@@ -10,7 +10,6 @@ the connector built for both roles by vLLM's ``KVConnectorFactory``.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from kvoffload.choice import REFERENCE, STOCK, WITH_STORAGE, check_source
 from kvoffload.core.model import GroupKind
 from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
+from kvoffload.engine.drafter import speculative_tokens
 from kvoffload.vllm.compat import allocate_kv_caches, for_connector, own_storage_per_layer, use_kv_cache_layout
 from kvoffload.vllm.group_blocks import own_shape, page_tokens, refuse_a_worker, scheduler_block_sizes, stock_chunking
 from kvoffload.vllm.settings import refuse_unhonoured
@@ -59,25 +59,6 @@ STOCK_CLASS = "OffloadingConnector"
 # max_model_len; the fake model computes no positions, so a workload of longer requests (the
 # Mooncake slice's 121k-token prompts) gets a model whose context is raised to fit it.
 TINY_CONTEXT = 65536
-# Draft tokens of an EAGLE drafter a story declares (``eagle_drafter``); 0: none, the default.
-_EAGLE_DRAFTS: ContextVar[int] = ContextVar("eagle_drafts", default=0)
-
-
-@contextmanager
-def eagle_drafter(num_speculative_tokens: int = 1):
-    """Replays built inside get an EAGLE drafter in their ``VllmConfig`` (the tiny model's config
-    as the draft model's: no weights are read; vLLM refuses ``mtp`` for a Llama target, and the
-    connector reads only ``use_eagle()``), while their KV cache groups stay the target's, none
-    flagged ``is_eagle_group``: what the offloading connector sees of a shared-group MTP model
-    (vLLM #52735). A Mamba group gets a speculative state block per draft token, as vLLM's
-    ``MambaBase.get_kv_cache_spec`` gives it. The replay proposes no drafts."""
-    token = _EAGLE_DRAFTS.set(num_speculative_tokens)
-    try:
-        yield
-    finally:
-        _EAGLE_DRAFTS.reset(token)
-
-
 @dataclass(frozen=True)
 class ConnectorLoad:
     """How vLLM loads the connector under test: ``stock`` (vLLM's OffloadingConnector with the
@@ -231,11 +212,14 @@ def _vllm_config(engine: EngineConfig, transfer_config: KVTransferConfig, max_mo
         method = "ngram_gpu" if engine.scheduling == "async" else "ngram"
         speculative = SpeculativeConfig(method=method, num_speculative_tokens=engine.spec_tokens,
                                         prompt_lookup_max=2, prompt_lookup_min=1)
-    if _EAGLE_DRAFTS.get():
-        if speculative is not None:
-            raise ConfigError("an EAGLE drafter and n-gram drafts (spec_tokens): one drafter at most")
+    if engine.eagle_drafts:
+        # An EAGLE drafter (engine/drafter.py): the tiny model's config stands in as the draft
+        # model's (no weights are read; vLLM refuses ``mtp`` for a Llama target, and the scheduler
+        # and the connector read only use_eagle()), its KV in the target's groups, none flagged
+        # is_eagle_group: what vLLM builds of a shared-group MTP model (vLLM #52735). The replay
+        # proposes none of its drafts.
         speculative = SpeculativeConfig(method="eagle", model=str(TINY_MODEL_DIR),
-                                        num_speculative_tokens=_EAGLE_DRAFTS.get(),
+                                        num_speculative_tokens=engine.eagle_drafts,
                                         target_model_config=model_config, target_parallel_config=ParallelConfig())
     cache_config = CacheConfig(block_size=engine.block_size, enable_prefix_caching=True)
     if engine.kv_model.has_mamba:
@@ -307,7 +291,7 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
         else:
             # a state block per draft token, whatever the drafter (MambaBase.get_kv_cache_spec)
             specs.append(mamba_spec(FullAttentionSpec(**shape).page_size_bytes, engine.block_size,
-                                    _EAGLE_DRAFTS.get() or engine.spec_tokens))
+                                    speculative_tokens(engine)))
     if model.is_dense:
         return [KVCacheGroupSpec(list(LAYER_NAMES), specs[0])]
     if not hybrid_manager:
@@ -326,7 +310,7 @@ def mamba_spec(page_bytes: int, block_size: int, speculative_blocks: int = 0) ->
     the pool counts the same blocks (vLLM 0.32 pads a state to the attention page,
     ``MambaSpec.page_size_padded``; here it fits exactly). A request holds its running state and
     the previous one (``MambaSpec.max_memory_usage_bytes``: two pages, and ``speculative_blocks``
-    more under a drafter: n-gram's ``spec_tokens`` or ``eagle_drafter``'s)."""
+    more under a drafter: n-gram's ``spec_tokens`` or the EAGLE drafter's ``eagle_drafts``)."""
     return MambaSpec(block_size=block_size, shapes=((page_bytes // KV_DTYPE.itemsize,),), dtypes=(KV_DTYPE,),
                      mamba_cache_mode="align", num_speculative_blocks=speculative_blocks)
 

@@ -171,6 +171,13 @@ def _check_mamba_stores(model_name: str, fixes: Fixes) -> None:
                           "Mamba state only from them (a preset of vLLM 0.25 or 0.26 stores it from the block table)")
 
 
+def eagle_drafts(vllm_config) -> int:
+    """The EAGLE/MTP drafter's speculative tokens, 0 without one: what the connector reads of
+    vLLM's drafter (``SpeculativeConfig.use_eagle()``, as ``SchedulerOffloadConfig.from_spec``)."""
+    speculative = vllm_config.speculative_config
+    return speculative.num_speculative_tokens if speculative is not None and speculative.use_eagle() else 0
+
+
 class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
     """The reference connector behind vLLM's V1 connector API (``kv_connector/v1/base.py``)."""
 
@@ -191,7 +198,7 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
             cpu_chunks=self.options.num_chunks(bytes_per_block),
             offload_prompt_only=self.options.offload_prompt_only, strict_lifecycle=self.options.strict_lifecycle,
             model=self.options.model, prefix_cache_retention_interval=retention if retention is None else int(retention),
-            num_workers=vllm_config.parallel_config.world_size)
+            eagle_drafts=eagle_drafts(vllm_config), num_workers=vllm_config.parallel_config.world_size)
         self._hybrid = len(kv_cache_config.kv_cache_groups) > 1
         self._num_blocks = kv_cache_config.num_blocks
         self.core: ReferenceConnectorScheduler | None = None

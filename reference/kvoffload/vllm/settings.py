@@ -22,6 +22,7 @@ HONOURED: dict[str, str] = {
     "max_num_seqs": "SchedulerConfig.max_num_seqs",
     "max_num_batched_tokens": "SchedulerConfig.max_num_batched_tokens",
     "spec_tokens": "SpeculativeConfig.num_speculative_tokens (n-gram drafts)",
+    "eagle_drafts": "SpeculativeConfig(method='eagle').num_speculative_tokens (no drafts proposed)",
     "spec_acceptance": "the replay's model: how many drafts it accepts when the workload scripts none",
     "store_completion_steps": "the copy handler's completion_steps",
     "seed": "ModelConfig.seed and the replay's own random draws",
