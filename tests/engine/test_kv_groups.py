@@ -127,8 +127,8 @@ class TestOneGroupIsTheDenseEngine:
 
 
 def test_a_group_the_engine_does_not_model_is_refused_with_one_line():
-    drafter = ModelDescription("eagle", (FULL, KVCacheGroup(GroupKind.FULL_ATTENTION, drafter=True)), "")
-    assert drafter.unsupported() == "drafter (EAGLE/MTP) groups are not modelled by the engine yet"
+    drafter = ModelDescription("eagle", (FULL, KVCacheGroup(GroupKind.MAMBA, drafter=True)), "")
+    assert drafter.unsupported() == "a drafter (EAGLE/MTP) group of full attention only is modelled by the engine"
     assert model_named("qwen3-next").unsupported() is None
 
 

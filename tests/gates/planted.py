@@ -68,3 +68,22 @@ class StatelessDivergentLoadScheduler(HybridConnectorScheduler):
             jobs.append(job._replace(**{field: tuple(getattr(job, field)[i] for i in kept) for field in (
                 "gpu_block_ids", "chunk_slots", "chunk_indices", "chunk_groups", "chunk_skips")}))
         return dataclasses.replace(plan, load_jobs=tuple(jobs))
+
+
+class UndroppedDrafterLookupScheduler(HybridConnectorScheduler):
+    """A drafter group of its own (K17's ``qwen3-next-mtp``) looked up like a target group: no
+    chunk past the bound, none dropped (``_lookup_complete_chunks`` without its ``is_eagle_group``
+    branch). Its stores keep the reference's trailing-chunk exclusion."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._drafters = frozenset()
+
+
+class StoredDrafterTailScheduler(HybridConnectorScheduler):
+    """The reference with core/drafter.py's store exclusion removed: a drafter group's trailing
+    chunk stored while decoding, like a target group's. Its lookups keep the drop."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._stores.drafters = frozenset()

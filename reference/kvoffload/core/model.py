@@ -189,6 +189,11 @@ class ModelDescription:
         return any(group.kind is GroupKind.MAMBA for group in self.groups)
 
     @property
+    def has_drafter_group(self) -> bool:
+        """Some group is flagged a drafter's (``KVCacheGroupSpec.is_eagle_group``)."""
+        return any(group.drafter for group in self.groups)
+
+    @property
     def has_own_block_sizes(self) -> bool:
         """Some group has a block size of its own (``KVCacheGroup.block_size``)."""
         return any(group.block_size for group in self.groups)
@@ -200,8 +205,8 @@ class ModelDescription:
             return ("groups with a block size of their own are not modelled by the engine (one block size "
                     "serves every group); vLLM's scheduler builds them for K15's and K16's gates only")
         for group in self.groups:
-            if group.drafter:
-                return "drafter (EAGLE/MTP) groups are not modelled by the engine yet"
+            if group.drafter and group.kind is not GroupKind.FULL_ATTENTION:
+                return "a drafter (EAGLE/MTP) group of full attention only is modelled by the engine"
         if self.groups[0] != FULL:
             return "the first group must be full attention"
         return None
@@ -235,6 +240,13 @@ MODELS: dict[str, ModelDescription] = {model.name: model for model in (
     # Qwen3-Next interleaves gated-DeltaNet (Mamba-style, one state per request) with full attention.
     ModelDescription("qwen3-next", (FULL, KVCacheGroup(GroupKind.MAMBA)),
                      "Qwen3-Next-like: full attention and Mamba (align mode)"),
+    # Qwen3-Next served with an MTP drafter whose attention layer registers after the target's:
+    # vLLM 0.32 flags the group holding the last layer a drafter's (_annotate_eagle_groups,
+    # kv_cache_utils.py), a full-attention group of its own (engine/drafter_kv.py).
+    ModelDescription("qwen3-next-mtp", (FULL, KVCacheGroup(GroupKind.MAMBA),
+                                        KVCacheGroup(GroupKind.FULL_ATTENTION, drafter=True)),
+                     "Qwen3-Next-like with an MTP drafter's full-attention group of its own (needs "
+                     "eagle_drafts)"),
 )}
 
 

@@ -82,6 +82,9 @@ class EngineConfig:
                 # the dense scheduler's inlined hit and a window's EAGLE-shifted masks are not modelled
                 raise ConfigError(f"eagle_drafts is modelled on a model of full attention and Mamba only, "
                                   f"not {model.name!r}")
+        elif model.has_drafter_group:
+            # vLLM flags a drafter's group only under an EAGLE/MTP SpeculativeConfig (_annotate_eagle_groups)
+            raise ConfigError(f"model {model.name!r} has a drafter (MTP) group: it needs eagle_drafts >= 1")
         if retention is not None:
             _check_int("prefix_cache_retention_interval", retention, minimum=0)
             if retention % self.block_size:

@@ -33,6 +33,7 @@ from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, StepBound
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.crashes import record_crash
+from kvoffload.engine.drafter_kv import drafter_slot_groups
 from kvoffload.engine.cost import profile as hardware_profile
 from kvoffload.engine.feed import ArrivalFeed
 from kvoffload.engine.final_chunks import FinalChunkWatch
@@ -89,7 +90,8 @@ class Engine:
             raise ConfigError(f"cannot allocate the KV tensors ({gpu_bytes:,} GPU-tier and {cpu_bytes:,} "
                               f"offload-tier bytes): lower gpu_blocks, cpu_chunks or slot_bytes") from error
         self.oracle = KVOracle(self.kv, requests, bs, config.tokens_per_chunk,
-                               state_groups=[group for group, state in self._other_groups if state])
+                               state_groups=[group for group, state in self._other_groups if state],
+                               drafter_groups=drafter_slot_groups(config.kv_model.groups))
         self.feed = ArrivalFeed(requests, check=self._check_fits)
         self.observer = RunObserver(hardware_profile(config.profile), bs, config.tokens_per_chunk, trace)
         self.record = self.observer.record

@@ -35,8 +35,9 @@ from kvoffload.core.model import GroupKind, KVCacheGroup
 from kvoffload.core.types import NULL_BLOCK, BlockId, cdiv
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
-from kvoffload.engine.drafter import (checkpoint_position, decode_step_slots, eagle_drafts, full_attention_hit,
-                                      replay_boundaries, speculative_tokens)
+from kvoffload.engine.drafter import (checkpoint_position, decode_step_slots, eagle_drafts, replay_boundaries,
+                                      speculative_tokens)
+from kvoffload.engine.drafter_kv import cut_full_hits, full_attention_groups, joint_full_hit
 from kvoffload.engine.live import LiveRequest
 from kvoffload.engine.mamba import MambaRows, aligned_split
 
@@ -57,6 +58,7 @@ class HybridKV:
         self.mamba = {g: MambaRows(g, pool, config.block_size, speculative_tokens(config))
                       for g, group in enumerate(self.groups) if group.kind is GroupKind.MAMBA}
         self.others = [g for g, group in enumerate(self.groups) if group.kind is not GroupKind.FULL_ATTENTION]
+        self.full_groups = full_attention_groups(self.groups)  # one lookup (drafter_kv.py)
         # _spec_decode_step_blocks: one decode step's blocks in every non-Mamba group.
         self.spec_step_blocks = (len(self.groups) - len(self.mamba)) * cdiv(decode_step_slots(config), config.block_size)
         self.eagle = bool(eagle_drafts(config))  # every group a drafter's: no group of its own (drafter.py)
@@ -77,7 +79,7 @@ class HybridKV:
         ``num_tokens - 1`` tokens (the last one is recomputed for its logits)."""
         hashes, bs, pool = live.req.block_hashes, self.block_size, self.pool
         hits: Tables = [[] for _ in self.groups]
-        hits[0] = full = full_attention_hit(pool.cached_prefix, hashes, live.req.num_tokens - 1, bs, self.eagle)
+        full = joint_full_hit(hits, pool, hashes, live.req.num_tokens - 1, bs, self.eagle, self.full_groups)
         length = longest = len(full) * bs
         while True:  # the fixed point of HybridKVCacheCoordinator.find_longest_cache_hit
             candidate = length
@@ -89,7 +91,7 @@ class HybridKV:
                 length = min(length, candidate)
                 break
             length = candidate
-        del full[cdiv(length, bs):]
+        cut_full_hits(hits, self.full_groups, cdiv(length, bs))
         return hits, length, longest if longest > length else 0
 
     def prefix_hit_for_connector(self, live: LiveRequest) -> tuple[Tables, int, int, bool]:
@@ -104,7 +106,7 @@ class HybridKV:
             return (*self.prefix_hit(live), False)
         hashes, bs, max_length = live.req.block_hashes, self.block_size, live.req.num_tokens - 1
         hits: Tables = [[] for _ in self.groups]
-        hits[0] = full_attention_hit(self.pool.cached_prefix, hashes, max_length, bs, self.eagle)
+        joint_full_hit(hits, self.pool, hashes, max_length, bs, self.eagle, self.full_groups)
         for g in self.others:
             rows = self.mamba.get(g)
             hits[g] = self._window_hit(g, hashes, max_length) if rows is None else rows.hit(hashes, max_length)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from kvoffload.core.types import NULL_BLOCK, TOKEN_TYPECODE, StepPlan, TransferJob
+from kvoffload.engine.drafter_kv import DRAFTER_LEAD, drafter_slots
 from kvoffload.engine.mamba import accepted_state_end
 from kvoffload.engine.record import FenceViolation, PoisonedLoad
 from kvoffload.engine.requests import RequestSpec
@@ -80,7 +81,7 @@ def to_signed_int(value: int) -> int:
 
 class KVOracle:
     def __init__(self, kv: KVCache, requests: Sequence[RequestSpec], block_size: int, tokens_per_chunk: int,
-                 state_groups: Collection[int] = ()):
+                 state_groups: Collection[int] = (), drafter_groups: Collection[int] = ()):
         self.block_size = block_size
         self.tokens_per_chunk = tokens_per_chunk
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
@@ -92,6 +93,7 @@ class KVOracle:
         # The Mamba groups (align mode): their blocks hold a state's fingerprint and, in each
         # slot's second word where it has one (slot_bytes >= 16, the default), its token count.
         self._state_groups = tuple(state_groups)
+        self._drafter_groups = frozenset(drafter_groups)  # one token ahead (engine/drafter_kv.py)
         self._slot_count = words[:, 1] if kv.slot_bytes >= 16 else None
         self._slot_count_np = self._slot_count.numpy() if self._slot_count is not None and self._slot_fp_np is not None \
             else None
@@ -182,8 +184,9 @@ class KVOracle:
         """A hybrid model: the same positions in group ``group``'s blocks (``live.tables[group]``),
         with the group's salt; :meth:`forward` wrote group 0. ``state``: a Mamba group, whose
         blocks hold states (:meth:`_write_states`)."""
-        if state:
-            self._write_states(scheduled, group)
+        if state or group in self._drafter_groups:
+            self._write_states(scheduled, group) if state else self._write_slots(
+                *drafter_slots(scheduled, group, self.block_size, self._fp, group_salt(group)))
             return
         bs, salt = self.block_size, np.int64(group_salt(group))
         slots, values = [], []
@@ -330,6 +333,7 @@ class KVOracle:
             slots = (chunk_blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
             held = self._slot_fp_np[slots] if self._slot_fp_np is not None \
                 else self._slot_fp[torch.from_numpy(slots)].cpu().numpy()
+            start += DRAFTER_LEAD if group in self._drafter_groups else 0
             bad = int((held != (fingerprints[start:start + len(slots)] ^ np.int64(group_salt(group)))).sum())
             if bad:
                 poisoned.append(PoisonedLoad(step, live.req_id, chunk, bad, group))
