@@ -9,7 +9,7 @@ from kvoffload.core.manager import PrepareStoreOutput
 from kvoffload.vllm.connector import KVOffloadConnector
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "gates"))  # planted.py: the simulator gates' plants
-from planted import StaleWindowBlocksScheduler, UnfencedWindowScheduler  # noqa: E402
+from planted import StaleWindowBlocksScheduler, UndroppedDrafterLookupScheduler, UnfencedWindowScheduler  # noqa: E402
 
 
 class StaleWindowBlocksConnector(KVOffloadConnector):
@@ -24,6 +24,13 @@ class UnfencedWindowConnector(KVOffloadConnector):
 
     def scheduler_side(self, config, fixes):
         return UnfencedWindowScheduler(config, fixes)
+
+
+class UndroppedDrafterLookupConnector(KVOffloadConnector):
+    """A drafter group of its own looked up like a target group: no chunk dropped (tests/gates/planted.py)."""
+
+    def scheduler_side(self, config, fixes):
+        return UndroppedDrafterLookupScheduler(config, fixes)
 
 
 class WatermarkOffConnector(KVOffloadConnector):

@@ -44,6 +44,7 @@ from kvoffload.core.types import ConfigError
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.drafter import speculative_tokens
 from kvoffload.vllm.compat import allocate_kv_caches, for_connector, own_storage_per_layer, use_kv_cache_layout
+from kvoffload.vllm.drafter_group import check_layers, hybrid_groups
 from kvoffload.vllm.group_blocks import own_shape, page_tokens, refuse_a_worker, scheduler_block_sizes, stock_chunking
 from kvoffload.vllm.settings import refuse_unhonoured
 from kvoffload.vllm.tiny_kv import HEAD_SIZE, KV_DTYPE, LAYER_NAMES, NUM_KV_HEADS, NUM_LAYERS, block_bytes
@@ -271,17 +272,13 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
     freed behind a window. vLLM's scheduler asserts that a non-HMA connector sees one group
     (``Scheduler._connector_finished``). A group's own block size: ``group_blocks.py``."""
     model = engine.kv_model
-    if len(model.groups) > NUM_LAYERS:
-        raise ConfigError(f"model {model.name!r} has {len(model.groups)} KV cache groups, the tiny model "
-                          f"{NUM_LAYERS} layers")
+    check_layers(model)  # a drafter's group past the target's layers (drafter_group.py)
     shape = {"block_size": engine.block_size, "num_kv_heads": NUM_KV_HEADS, "head_size": HEAD_SIZE,
              "dtype": KV_DTYPE}
     if model.has_mamba:
         _check_mamba_runs_here(engine, hybrid_manager)
     specs = []
     for group in model.groups:
-        if group.drafter:
-            raise ConfigError(f"model {model.name!r}: drafter groups are not built for vLLM yet")
         own = own_shape(engine, group, shape,
                         lambda size: FullAttentionSpec(**{**shape, "block_size": size}).page_size_bytes)
         if group.kind is GroupKind.FULL_ATTENTION:
@@ -301,7 +298,7 @@ def kv_cache_groups(engine: EngineConfig, hybrid_manager: bool = True) -> list[K
             return create_kv_cache_group_specs(by_layer, [list(LAYER_NAMES)])
         raise ConfigError(f"model {model.name!r} needs vLLM's hybrid KV cache manager, which vLLM turns off "
                           "for a connector that does not support it (SupportsHMA)")
-    return [KVCacheGroupSpec([LAYER_NAMES[i]], spec) for i, spec in enumerate(specs)]
+    return hybrid_groups(model, specs)
 
 
 def mamba_spec(page_bytes: int, block_size: int, speculative_blocks: int = 0) -> MambaSpec:

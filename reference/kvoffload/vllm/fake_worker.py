@@ -69,7 +69,8 @@ class FakeWorker:
                         states.append((self.tables.groups[req_id][group], state, int(values[state - start - 1])))
                 write_states(cells, states, bs, group)
                 continue
-            write_positions(cells, [(self.tables.groups[req_id][group], start, values)
+            write_positions(cells, [(self.tables.groups[req_id][group], start, cells.values(self._sequences[req_id],
+                                                                                               start, values))
                                     for req_id, start, values in writes], bs, group)
         for name, view in self.kv_caches.items():  # each attention layer hands its KV on after writing it
             worker.save_kv_layer(name, view, context.attn_metadata[name])

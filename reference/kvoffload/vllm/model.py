@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kvoffload.engine.drafter_kv import DRAFTER_LEAD
 from kvoffload.engine.oracle import extend_fingerprint, group_salt, prefix_fingerprints, to_signed_int
 
 _U64 = (1 << 64) - 1
@@ -59,9 +60,27 @@ class FingerprintCells:
                  for base, block, slot in zip(self._base, self._block, self._slot)]
         return torch.from_numpy(np.concatenate(parts))
 
+    # How far a slot's prefix reaches past its position: 0 for the target's layers; a drafter's
+    # group of its own, 1 (DrafterCells, engine/drafter_kv.py).
+    lead = 0
+
+    def values(self, sequence: "ScriptedSequence", start: int, written: np.ndarray) -> np.ndarray:
+        """What the step writes at ``start`` on: the target's fingerprints, ``written``."""
+        return written
+
     @property
     def num_layers(self) -> int:
         return len(self._base)
+
+
+class DrafterCells(FingerprintCells):
+    """A drafter's group of its own (``is_eagle_group``): the slot at position ``i`` holds the
+    prefix through token ``i + 1`` (``set_inputs_first_pass``'s shifted inputs)."""
+
+    lead = DRAFTER_LEAD
+
+    def values(self, sequence: "ScriptedSequence", start: int, written: np.ndarray) -> np.ndarray:
+        return sequence.written(start + self.lead, len(written))
 
 
 class StateCells:
@@ -240,7 +259,8 @@ def poisoned_chunks(group_cells: list[FingerprintCells], tables, fingerprints: n
         if first >= end:
             continue
         held = read_positions(cells, table, first, end, block_size)
-        bad = (held != fingerprints[first:end] ^ np.int64(group_salt(group))).any(axis=0)
+        lead = cells.lead
+        bad = (held != fingerprints[first + lead:end + lead] ^ np.int64(group_salt(group))).any(axis=0)
         chunks = (np.nonzero(bad)[0] + first) // tokens_per_chunk
         poisoned.extend((group, chunk, int((chunks == chunk).sum())) for chunk in sorted(set(chunks.tolist())))
     return poisoned

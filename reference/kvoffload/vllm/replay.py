@@ -51,7 +51,7 @@ from kvoffload.vllm.connector_parts import (block_copy_backend, tracked_requests
                                             wait_for_unreported_copies)
 from kvoffload.vllm.fake_worker import FakeWorker
 from kvoffload.vllm.foreign import check_runs_here
-from kvoffload.vllm.model import BlockTables, FingerprintCells, ScriptedSequence, StateCells
+from kvoffload.vllm.model import BlockTables, DrafterCells, FingerprintCells, ScriptedSequence, StateCells
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
 
@@ -108,7 +108,8 @@ class VllmSchedulerReplay(FakeWorker):
         self.bound.calls.stack.clear()
         # Fingerprint cells per KV cache group, each written with its salt (engine/oracle.py).
         # A Mamba group's cells hold one state per block (model.py, StateCells).
-        self.group_cells = [(StateCells if type(group.kv_cache_spec).__name__ == "MambaSpec" else FingerprintCells)(
+        self.group_cells = [(StateCells if type(group.kv_cache_spec).__name__ == "MambaSpec" else DrafterCells
+                             if getattr(group, "is_eagle_group", False) else FingerprintCells)(
                                 {name: self.kv_caches[name] for name in group.layer_names})
                             for group in kv_cache_config.kv_cache_groups]
         self.cells = self.group_cells[0]
