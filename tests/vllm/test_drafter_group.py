@@ -92,9 +92,7 @@ def test_a_drafter_group_looked_up_like_a_target_group_is_poisoned_in_both_engin
     """Planted: the reference without the drafter lookup's drop (tests/gates/planted.py), in both
     engines, and vLLM's stock connector with its groups' ``is_eagle_group`` cleared after
     ``from_spec``: C is served 32 and loads one poisoned drafter slot (group 2, chunk 1)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "gates"))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "gates"))
     from planted import UndroppedDrafterLookupScheduler
 
     expected = [("C", 1, 1, 2)]
