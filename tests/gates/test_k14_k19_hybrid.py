@@ -3,8 +3,9 @@
 The model is ``gpt-oss-tiny``: full attention (group 0) and an 8-token sliding window (group 1);
 block size 4, one block per chunk. A window's blocks behind it go back to the pool while its
 request runs. K18's and K19's is ``qwen3-next``: full attention and a Mamba group in align mode
-(group 1), block size 16. K15, K16 and K17 are gates of vLLM's scheduler only
-(catalogue.VLLM_ONLY: groups of different block sizes, an EAGLE drafter).
+(group 1), block size 16. K15 and K16 (groups of different block sizes) are in
+test_k15_k16_block_sizes.py; K17 is a gate of vLLM's scheduler only (catalogue.VLLM_ONLY: an
+EAGLE drafter).
 """
 
 from __future__ import annotations

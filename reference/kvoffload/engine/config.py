@@ -9,6 +9,7 @@ from typing import Any, Literal
 from kvoffload import long_numbers
 from kvoffload.core.model import ModelDescription, model_named
 from kvoffload.core.types import ConfigError, ConnectorConfig, KVGeometry
+from kvoffload.engine.block_grids import BlockGrids
 from kvoffload.engine.cost import profile as hardware_profile
 
 
@@ -71,11 +72,13 @@ class EngineConfig:
         """vLLM's checks of a model and its retention interval (``_validate_prefix_cache_retention_interval``)."""
         model = self.kv_model
         retention = self.prefix_cache_retention_interval
+        # The scheduler's block: the groups' lcm where they have block sizes of their own.
+        block = BlockGrids(model.groups, self.block_size).scheduler
         if retention is not None:
             _check_int("prefix_cache_retention_interval", retention, minimum=0)
-            if retention % self.block_size:
-                raise ConfigError(f"prefix_cache_retention_interval must be a multiple of block_size "
-                                  f"{self.block_size}, got {retention}")
+            if retention % block:
+                raise ConfigError(f"prefix_cache_retention_interval must be a multiple of the scheduler's block "
+                                  f"size {block}, got {retention}")
             if retention and not (model.has_sliding_window or model.has_mamba):
                 raise ConfigError(f"prefix_cache_retention_interval={retention} has no effect on model "
                                   f"{model.name!r}: it has no sliding-window or Mamba group")
