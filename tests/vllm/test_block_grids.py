@@ -4,8 +4,13 @@ cache manager, which build the same groups (``vllm/group_blocks.py``): A's promp
 its end in each, then B, sharing a prefix of A's, is looked up. Each group must have cached the
 same blocks of A (the lcm-aligned cacheable tokens, each group on its grid, a window's reachable
 mask at the lcm) and B's hit the same length and junction (full attention rounded down to the
-lcm, the window's run ending on it). vLLM's scheduler runs alone here (no worker: the replay's copies
-take one block size), stepped by hand as in K15's story.
+lcm, the window's run ending on it). vLLM's scheduler runs alone there, stepped by hand as in K15's
+story.
+
+Then whole replays: the simulator and vLLM's scheduler with the replay's worker (its copies move
+whole padded pages, its fake model and KV oracle index each group on its own grid) agree per
+request and per step on both models, sync and async, and the oracle finds every loaded slot
+right, for the reference and for vLLM's stock connector.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from kvoffload.engine.requests import RequestSpec  # noqa: E402
 from kvoffload.gates.plugin import GateConnector  # noqa: E402
 from kvoffload.gates.story import tokens  # noqa: E402
 from kvoffload.gates.test_k15_k16_block_sizes import MIXED, NESTED, scheduler_alone  # noqa: E402
-from kvoffload.vllm.build import STOCK  # noqa: E402
+from kvoffload.vllm.build import STOCK, ConnectorLoad  # noqa: E402
+from kvoffload.vllm.pinned import call_pinned  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -104,3 +110,44 @@ def test_the_simulator_caches_and_hits_as_vllms_kv_cache_manager(case):
     simulated = in_the_simulator(engine, first, second)
     assert simulated == in_vllm(engine, first, second)
     assert simulated[1] % 12 == 0  # a hit on the lcm
+
+
+# The replays: shared-prefix-small at the story's block size, one block a chunk, a pool that
+# keeps every request's blocks (the workload's own pool is sized for 16-token blocks).
+REPLAY = {"block_size": "4", "blocks_per_chunk": "1", "gpu_blocks": "120"}
+MODELS = ("mixed-blocks-tiny", "nested-blocks-tiny")
+
+
+@pytest.mark.parametrize("scheduling", ("sync", "async"))
+@pytest.mark.parametrize("model", MODELS)
+def test_the_simulator_and_vllms_scheduler_agree_per_request_and_step(model, scheduling):
+    """tests/vllm/differential.py's comparison (the reference in both engines): every request's
+    first admission, chunks stored and loaded, and every step's tokens and free blocks agree."""
+    from differential import compare
+
+    ids, sim, real, _ = call_pinned(compare, "shared-prefix-small", scheduling, {"model": model, **REPLAY})
+    assert sim.crash is None and real.crash is None
+    assert sim.totals[2] > 0, "no connector hit: the replay never loaded"
+    assert [r for r in ids if sim.per_request[r] != real.per_request[r]] == []
+    assert sim.totals == real.totals and sim.steps == real.steps
+
+
+def oracle_counts(model: str, connector: str, *, on_step=None) -> tuple:
+    """(crash, poisoned loads, tokens the oracle checked) of vLLM's scheduler replay."""
+    from kvoffload.vllm.replay import VllmSchedulerReplay
+    from kvoffload.workloads import load_workload
+
+    workload = load_workload("shared-prefix-small", {"model": model, "scheduling": "sync", **REPLAY})
+    replay = VllmSchedulerReplay(workload.requests, workload.engine, ConnectorLoad(connector), on_step=on_step)
+    record = replay.run()
+    return record.crash, len(record.poisoned), replay.checked_load_tokens
+
+
+@pytest.mark.parametrize("connector", ("reference", STOCK))
+@pytest.mark.parametrize("model", MODELS)
+def test_every_loaded_slot_of_both_groups_is_right_in_vllms_scheduler(model, connector):
+    """The replay's worker copies and checks both groups: 0 poisoned of the tokens loaded
+    (planted: the window's writes at the full-attention group's offsets, 11 poisoned loads for
+    the reference and 12 for the stock connector on mixed-blocks-tiny)."""
+    crash, poisoned, checked = call_pinned(oracle_counts, model, connector)
+    assert crash is None and poisoned == 0 and checked > 0
