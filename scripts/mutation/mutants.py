@@ -140,7 +140,7 @@ MUTANTS: list[Mutant] = _fix_flag_mutants() + [
     Mutant("loaded slots not checked", ENGINE,
            "self.record.poisoned += self.oracle.check_loaded_slots(load.live, load.job, step)", "pass",
            "the content oracle switched off"),
-    Mutant("failed load not recomputed", ENGINE, "load.live.loaded_tokens = failed[0] * self.config.block_size",
+    Mutant("failed load not recomputed", ENGINE, "load.live.loaded_tokens = failed[0]",
            "pass", "K22: garbage treated as computed"),
     Mutant("fence check ignores forwards", ORACLE, "[(r, b, \"forward\") for r, b in writes.items()] + load_writes",
            "load_writes", "a forward into a block still read goes unseen"),

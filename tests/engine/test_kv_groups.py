@@ -132,18 +132,28 @@ def test_a_group_the_engine_does_not_model_is_refused_with_one_line():
     assert model_named("qwen3-next").unsupported() is None
 
 
-def test_groups_of_their_own_block_sizes_are_refused_by_the_engine_in_one_line():
-    """K15's and K16's models run in vLLM's scheduler only (kvoffload.gates): the engine refuses it, and a
-    block size of its own is for attention groups (a Mamba group takes the cache's)."""
+def test_groups_of_their_own_block_sizes_are_served_and_their_limits_refused_in_one_line():
+    """K15's and K16's models run in the engine (engine/block_grids.py); a chunk is one block of
+    each group (blocks_per_chunk 1, as vLLM's stock connector chunks them), the retention a
+    multiple of the groups' lcm (the scheduler's block), no Mamba group beside them (its hits
+    inside a block are not modelled); a block size of its own is for attention groups."""
     from kvoffload.core.types import ConfigError
     from kvoffload.engine.config import EngineConfig
 
     assert not model_named("gpt-oss-tiny").has_own_block_sizes
     for name, sizes in (("mixed-blocks-tiny", [6, 4]), ("nested-blocks-tiny", [12, 4])):
         assert [group.tokens_per_block(4) for group in model_named(name).groups] == sizes
-        config = EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, model=name)
-        with pytest.raises(ConfigError, match=f"^model '{name}': groups with a block size of their own"):
-            Engine([], config)
+        assert model_named(name).unsupported() is None
+        Engine([], EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, model=name))
+        with pytest.raises(ConfigError, match=f"^model '{name}' has groups of their own block sizes: a chunk is one "
+                                              "block of each, blocks_per_chunk must be 1, got 2$"):
+            Engine([], EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, blocks_per_chunk=2, model=name))
+        with pytest.raises(ConfigError, match="multiple of the scheduler's block size 12, got 8$"):
+            EngineConfig(gpu_blocks=32, cpu_chunks=64, block_size=4, model=name, prefix_cache_retention_interval=8)
+    mamba = ModelDescription("m", (KVCacheGroup(GroupKind.FULL_ATTENTION, block_size=8), KVCacheGroup(GroupKind.MAMBA)),
+                             "own block sizes beside a Mamba group")
+    assert mamba.unsupported() == ("groups with a block size of their own beside a Mamba group are not modelled by "
+                                   "the engine")
     for group in ({"kind": GroupKind.MAMBA, "block_size": 4}, {"kind": GroupKind.FULL_ATTENTION, "block_size": -1}):
         with pytest.raises(ConfigError, match="block size of its own for attention groups only"):
             KVCacheGroup(**group)

@@ -3,8 +3,8 @@
 The model is ``gpt-oss-tiny``: full attention (group 0) and an 8-token sliding window (group 1);
 block size 4, one block per chunk. A window's blocks behind it go back to the pool while its
 request runs. K17's, K18's and K19's is ``qwen3-next``: full attention and a Mamba group in align
-mode (group 1), block size 16; K17's with an EAGLE drafter (``eagle_drafts``). K15 and K16 are
-gates of vLLM's scheduler only (catalogue.VLLM_ONLY: groups of different block sizes).
+mode (group 1), block size 16; K17's with an EAGLE drafter (``eagle_drafts``). K15 and K16 (groups
+of different block sizes) are in test_k15_k16_block_sizes.py.
 """
 
 from __future__ import annotations

@@ -162,13 +162,10 @@ def test_the_reference_refuses_chunks_of_several_blocks_when_block_sizes_differ(
             pass
 
 
-def test_the_replay_and_stock_chunks_of_several_blocks_are_refused_in_one_line():
-    from kvoffload.engine.requests import RequestSpec
+def test_stock_chunks_of_several_blocks_are_refused_in_one_line():
+    """(The replay runs such groups with its worker: tests/vllm/test_block_grids.py.)"""
     from kvoffload.gates.test_k15_k16_block_sizes import MIXED
-    from kvoffload.vllm.replay import VllmSchedulerReplay
 
-    with pytest.raises(ConfigError, match="^groups of different block sizes run in vLLM's scheduler only"):
-        VllmSchedulerReplay([RequestSpec("A", tuple(range(8)), (1, 2))], MIXED, ConnectorLoad(STOCK))
     with pytest.raises(ConfigError, match="one block each, got blocks_per_chunk=2$"):
         ConnectorLoad(STOCK).transfer_config(MIXED.replace(blocks_per_chunk=2), "stepped")
 

@@ -195,12 +195,11 @@ class Admission:
                   group_hits=None, num_slots: int = 0) -> None:
         """Take the prefix hit, allocate the rest, tell the connector (``update_state_after_alloc``,
         which builds the load job for a hit). A hybrid model: every group's hit and ``num_slots``."""
-        scheduler, req = self.scheduler, live.req
+        scheduler, req, hybrid = self.scheduler, live.req, self.scheduler.hybrid
         parent_id = live.spec.parent
-        scheduler.observer.admitted(live, len(local_blocks) * self.config.block_size, hits,
-                                    scheduler.finished.get(parent_id) if parent_id else None)
-        req.num_computed_tokens = len(local_blocks) * self.config.block_size
-        hybrid = scheduler.hybrid
+        num_local = len(local_blocks) * (self.config.block_size if hybrid is None else hybrid.sizes[0])
+        scheduler.observer.admitted(live, num_local, hits, scheduler.finished.get(parent_id) if parent_id else None)
+        req.num_computed_tokens = num_local
         if hybrid is not None:
             hybrid.adopt(live, group_hits, req.num_computed_tokens, hits)
             hybrid.allocate(live, num_slots)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from kvoffload import long_numbers
 from kvoffload.core.model import ModelDescription, model_named
 from kvoffload.core.types import ConfigError, ConnectorConfig, KVGeometry
+from kvoffload.engine.block_grids import BlockGrids
 from kvoffload.engine.cost import profile as hardware_profile
 
 
@@ -85,11 +86,13 @@ class EngineConfig:
         elif model.has_drafter_group:
             # vLLM flags a drafter's group only under an EAGLE/MTP SpeculativeConfig (_annotate_eagle_groups)
             raise ConfigError(f"model {model.name!r} has a drafter (MTP) group: it needs eagle_drafts >= 1")
+        # The scheduler's block: the groups' lcm where they have block sizes of their own.
+        block = BlockGrids(model.groups, self.block_size).scheduler
         if retention is not None:
             _check_int("prefix_cache_retention_interval", retention, minimum=0)
-            if retention % self.block_size:
-                raise ConfigError(f"prefix_cache_retention_interval must be a multiple of block_size "
-                                  f"{self.block_size}, got {retention}")
+            if retention % block:
+                raise ConfigError(f"prefix_cache_retention_interval must be a multiple of the scheduler's block "
+                                  f"size {block}, got {retention}")
             if retention and not (model.has_sliding_window or model.has_mamba):
                 raise ConfigError(f"prefix_cache_retention_interval={retention} has no effect on model "
                                   f"{model.name!r}: it has no sliding-window or Mamba group")

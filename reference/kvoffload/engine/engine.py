@@ -27,8 +27,10 @@ from typing import Callable, Iterable, Sequence
 
 from kvoffload.core.fixes import Fixes
 from kvoffload.core.hybrid import connector_scheduler
+from kvoffload.core.keys import hash_tokens
 from kvoffload.core.model import GroupKind
 from kvoffload.core.types import BlockId, ConfigError, TransferResult, cdiv
+from kvoffload.engine.block_grids import BlockGrids
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.bounded import DEFAULT_STEP_BOUND_S, StepBound
 from kvoffload.engine.config import EngineConfig
@@ -80,18 +82,29 @@ class Engine:
         unsupported = config.kv_model.unsupported()
         if unsupported is not None:
             raise ConfigError(f"model {config.model!r}: {unsupported}")
+        if config.kv_model.has_own_block_sizes and config.blocks_per_chunk != 1:
+            # vLLM's stock connector chunks such groups one block each (vllm/group_blocks.py).
+            raise ConfigError(f"model {config.model!r} has groups of their own block sizes: a chunk is one block "
+                              f"of each, blocks_per_chunk must be 1, got {config.blocks_per_chunk}")
+        # Request hashes are at the groups' gcd (core/keys.py): the block size, unless groups have their own.
+        self._hash_block = hash_tokens(config.kv_model.groups, bs)
+        # Groups of their own block sizes share padded pages (engine/block_grids.py): a GPU block
+        # and a tier chunk hold the largest group's block; the oracle indexes each group's grid.
+        grids = BlockGrids(config.kv_model.groups, bs)
+        self._sizes = grids.sizes
+        page, own_sizes = grids.page, () if grids.uniform else grids.sizes
         # A hybrid model's groups other than group 0 get the forward's writes too (oracle.py).
         self._other_groups = [(g, group.kind is GroupKind.MAMBA) for g, group in enumerate(config.kv_model.groups)][1:]
         try:
-            self.kv = KVCache(config.gpu_blocks, bs, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)
+            self.kv = KVCache(config.gpu_blocks, page, config.cpu_chunks, config.blocks_per_chunk, config.slot_bytes)
         except (RuntimeError, MemoryError) as error:  # torch's "can't allocate memory"
-            gpu_bytes = config.gpu_blocks * bs * config.slot_bytes
-            cpu_bytes = config.cpu_chunks * config.tokens_per_chunk * config.slot_bytes
+            gpu_bytes = config.gpu_blocks * page * config.slot_bytes
+            cpu_bytes = config.cpu_chunks * config.blocks_per_chunk * page * config.slot_bytes
             raise ConfigError(f"cannot allocate the KV tensors ({gpu_bytes:,} GPU-tier and {cpu_bytes:,} "
                               f"offload-tier bytes): lower gpu_blocks, cpu_chunks or slot_bytes") from error
-        self.oracle = KVOracle(self.kv, requests, bs, config.tokens_per_chunk,
+        self.oracle = KVOracle(self.kv, requests, page, config.tokens_per_chunk,
                                state_groups=[group for group, state in self._other_groups if state],
-                               drafter_groups=drafter_slot_groups(config.kv_model.groups))
+                               group_sizes=own_sizes, drafter_groups=drafter_slot_groups(config.kv_model.groups))
         self.feed = ArrivalFeed(requests, check=self._check_fits)
         self.observer = RunObserver(hardware_profile(config.profile), bs, config.tokens_per_chunk, trace)
         self.record = self.observer.record
@@ -104,7 +117,8 @@ class Engine:
                                         on_finished=self._finished)
         self.watchdog = ProgressWatchdog(config.store_completion_steps)
         self.observer.watchdog = self.watchdog
-        self.observer.final_chunks = FinalChunkWatch(self.oracle, config.tokens_per_chunk, config.offload_prompt_only)
+        self.observer.final_chunks = FinalChunkWatch(self.oracle, self._sizes[0] * config.blocks_per_chunk,
+                                                     config.offload_prompt_only)
         self._reset_at = set(reset_cache_at)
         self._pending_output: StepOutput | None = None  # async: the step whose output is unprocessed
         self._step = 0
@@ -254,7 +268,7 @@ class Engine:
 
     def _arrive(self, step: int) -> None:
         for spec in self.feed.arrivals(step):
-            live = LiveRequest.create(spec, self.config.block_size, step)
+            live = LiveRequest.create(spec, self._hash_block, step)
             self.oracle.register(live)
             self.observer.arrived(live)
             self.scheduler.add(live)
@@ -288,10 +302,10 @@ class Engine:
                 if load.live.phase is Phase.FINISHED:  # aborted while loading: nobody reads these slots
                     self.scheduler.load_landed(load.live, step)
                     continue
-                failed = sorted(i for table in (load.live.tables or (load.live.blocks,))  # every group's
-                                for i, block in enumerate(table) if block in invalid) if invalid else ()
+                failed = sorted(i * size for table, size in zip(load.live.tables or (load.live.blocks,), self._sizes)
+                                for i, block in enumerate(table) if block in invalid) if invalid else ()  # every group's
                 if failed:
-                    load.live.loaded_tokens = failed[0] * self.config.block_size
+                    load.live.loaded_tokens = failed[0]
                 else:
                     self.record.poisoned += self.oracle.check_loaded_slots(load.live, load.job, step)
                 self.scheduler.load_landed(load.live, step)

@@ -17,6 +17,7 @@ slot (bounded by the tier), and the chunk each finished request still waits for.
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 
 from kvoffload.core.types import TransferJob
 from kvoffload.engine.live import LiveRequest
@@ -39,15 +40,18 @@ class FinalChunkWatch:
         self._awaited: dict[str, int] = {}  # finished request -> the fingerprint its own store may still bring
 
     def stored(self, job: TransferJob) -> None:
-        """A store completed successfully: what its slots now hold."""
+        """A store completed successfully: what its slots now hold (group 0's chunks: the last
+        chunk is full attention's; group 0's chunk in tokens is ``tokens_per_chunk``)."""
         tpc, oracle = self.tokens_per_chunk, self.oracle
-        for chunk, slot in zip(job.chunk_indices, job.chunk_slots):
-            held = oracle.tier_fingerprint(slot)
-            previous = self._slot_fp.get(slot)
+        for chunk, slot, group in zip(job.chunk_indices, job.chunk_slots, job.chunk_groups or repeat(0)):
+            previous = self._slot_fp.pop(slot, None)
             if previous is not None:
                 self._in_tier[previous] -= 1
                 if not self._in_tier[previous]:
                     del self._in_tier[previous]
+            if group:  # another group's chunk (its own block size, its salt): never a request's last chunk
+                continue
+            held = oracle.tier_fingerprint(slot)
             self._slot_fp[slot] = held
             self._in_tier[held] += 1
             if oracle.is_live(job.req_id) and held == oracle.fingerprint(job.req_id, (chunk + 1) * tpc - 1):

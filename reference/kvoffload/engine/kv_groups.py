@@ -33,6 +33,7 @@ from typing import Sequence
 from kvoffload.core.keys import group_key
 from kvoffload.core.model import GroupKind, KVCacheGroup
 from kvoffload.core.types import NULL_BLOCK, BlockId, cdiv
+from kvoffload.engine.block_grids import BlockGrids
 from kvoffload.engine.block_pool import BlockPool
 from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.drafter import (checkpoint_position, decode_step_slots, eagle_drafts, replay_boundaries,
@@ -49,10 +50,13 @@ class HybridKV:
         self.groups: tuple[KVCacheGroup, ...] = config.kv_model.groups
         self.pool = pool
         self.block_size = config.block_size
+        # Each group's block size (engine/block_grids.py): the engine's, or the group's own.
+        self.grids = BlockGrids(self.groups, config.block_size)
+        self.sizes = self.grids.sizes
         self.retention = config.prefix_cache_retention_interval
         # VllmConfig.max_in_flight_tokens: one budget per batch in flight (two under async).
         in_flight = config.max_num_batched_tokens * (2 if config.scheduling == "async" else 1)
-        self.caps = [group.admission_cap(config.block_size, in_flight) for group in self.groups]
+        self.caps = [group.admission_cap(size, in_flight) for group, size in zip(self.groups, self.sizes)]
         self.windowed = [g for g, group in enumerate(self.groups) if group.kind is GroupKind.SLIDING_WINDOW]
         # A Mamba group holds a state block per draft token (MambaSpec.num_speculative_blocks).
         self.mamba = {g: MambaRows(g, pool, config.block_size, speculative_tokens(config))
@@ -60,7 +64,8 @@ class HybridKV:
         self.others = [g for g, group in enumerate(self.groups) if group.kind is not GroupKind.FULL_ATTENTION]
         self.full_groups = full_attention_groups(self.groups)  # one lookup (drafter_kv.py)
         # _spec_decode_step_blocks: one decode step's blocks in every non-Mamba group.
-        self.spec_step_blocks = (len(self.groups) - len(self.mamba)) * cdiv(decode_step_slots(config), config.block_size)
+        slots = decode_step_slots(config)
+        self.spec_step_blocks = sum(cdiv(slots, size) for g, size in enumerate(self.sizes) if g not in self.mamba)
         self.eagle = bool(eagle_drafts(config))  # every group a drafter's: no group of its own (drafter.py)
         # The Mamba states cached since the last schedule, (request, group, block, boundary
         # tokens), for the connector (``_pending_boundary_state_offloads``).
@@ -77,16 +82,16 @@ class HybridKV:
     def prefix_hit(self, live: LiveRequest) -> tuple[Tables, int, int]:
         """(hit blocks per group, hit tokens, shared-prefix junction) of a waiting request, at most
         ``num_tokens - 1`` tokens (the last one is recomputed for its logits)."""
-        hashes, bs, pool = live.req.block_hashes, self.block_size, self.pool
+        hashes, bs = live.req.block_hashes, self.sizes[0]
         hits: Tables = [[] for _ in self.groups]
-        full = joint_full_hit(hits, pool, hashes, live.req.num_tokens - 1, bs, self.eagle, self.full_groups)
-        length = longest = len(full) * bs
+        full = self._full_hit(hits, hashes, live.req.num_tokens - 1)
+        length = longest = self.grids.aligned(len(full) * bs)
         while True:  # the fixed point of HybridKVCacheCoordinator.find_longest_cache_hit
             candidate = length
             for g in self.others:
                 rows = self.mamba.get(g)
                 hits[g] = self._window_hit(g, hashes, candidate) if rows is None else rows.hit(hashes, candidate)
-                candidate = len(hits[g]) * bs
+                candidate = len(hits[g]) * self.sizes[g]
             if candidate >= length or len(self.others) == 1:  # one other group: one pass (simple hybrid)
                 length = min(length, candidate)
                 break
@@ -104,35 +109,51 @@ class HybridKV:
         group agrees on (:meth:`prefix_hit`). No junction: per-group lookups cannot see one."""
         if not self.mamba:
             return (*self.prefix_hit(live), False)
-        hashes, bs, max_length = live.req.block_hashes, self.block_size, live.req.num_tokens - 1
+        hashes, max_length = live.req.block_hashes, live.req.num_tokens - 1
         hits: Tables = [[] for _ in self.groups]
-        joint_full_hit(hits, self.pool, hashes, max_length, bs, self.eagle, self.full_groups)
+        self._full_hit(hits, hashes, max_length)
         for g in self.others:
             rows = self.mamba.get(g)
             hits[g] = self._window_hit(g, hashes, max_length) if rows is None else rows.hit(hashes, max_length)
-        lengths = [len(hit) * bs for hit in hits]
+        lengths = [len(hit) * size for hit, size in zip(hits, self.sizes)]
         if max(lengths) > lengths[0]:  # full attention's blocks were evicted: the agreed hit
             return (*self.prefix_hit(live), False)
         return hits, lengths[0], 0, min(lengths) < lengths[0]
 
+    def _full_hit(self, hits: Tables, hashes: Sequence[bytes], max_length: int) -> list[BlockId]:
+        """FullAttentionManager.find_longest_cache_hit, group 0 (and a drafter's full-attention group
+        looked up with it, drafter_kv.py): the cached blocks from the left, at most ``max_length``
+        tokens, on the group's own grid (cut to the alignment by the caller). Written into ``hits``;
+        group 0's returned."""
+        grids, bs = self.grids, self.sizes[0]
+        if grids.uniform:  # EAGLE and a drafter's group need Mamba, which needs one grid (core/model.py)
+            return joint_full_hit(hits, self.pool, hashes, max_length, bs, self.eagle, self.full_groups)
+        num_blocks = min(max_length // bs, grids.blocks_hashed(len(hashes), 0))
+        hits[0] = self.pool.cached_prefix([grids.block_hash(hashes, 0, i) for i in range(num_blocks)], num_blocks)
+        return hits[0]
+
     def _window_hit(self, g: int, hashes: Sequence[bytes], max_length: int) -> list[BlockId]:
         """SlidingWindowManager.find_longest_cache_hit: from the right, the last run of the blocks
-        a window needs; the blocks before it are null. Short of a whole run, the run from block 0."""
-        need = self.groups[g].blocks_for_hit(self.block_size)
-        num_blocks = max_length // self.block_size
+        a window needs, ending on the hit alignment; the blocks before it are null. Short of a
+        whole run, the run from block 0."""
+        grids, bs = self.grids, self.sizes[g]
+        need, uniform = self.groups[g].blocks_for_hit(bs), grids.uniform  # uniform: every rule below a no-op
+        num_blocks = min(max_length // bs, grids.blocks_hashed(len(hashes), g))
         found = [NULL_BLOCK] * num_blocks
         run = 0
         for i in range(num_blocks - 1, -1, -1):
-            block = self.pool.cached_block(group_key(hashes[i], g))
+            block = self.pool.cached_block(group_key(hashes[i] if uniform else grids.block_hash(hashes, g, i), g))
             if block is None:
                 run = 0
                 continue
+            if not run and not uniform and not grids.run_may_end(g, i + 1):
+                continue  # a cached block the alignment cannot end a hit on: skipped, the run not reset
             found[i] = block
             run += 1
             if run >= need:
                 del found[i + run:]
                 return found
-        del found[run:]
+        del found[run:]  # a run from block 0 began on the alignment: no cut needed
         return found
 
     # ---- allocate_slots -----------------------------------------------------------------------
@@ -140,12 +161,13 @@ class HybridKV:
     def blocks_for_new(self, hits: Tables, total_computed: int, num_tokens: int, capped: bool) -> int:
         """Blocks a waiting request needs for ``num_tokens`` slots (``get_num_blocks_to_allocate``,
         a request without blocks): hit blocks still free count, the window's skipped ones do not."""
-        bs, needed = self.block_size, 0
+        needed = 0
         ref_free = self.pool.num_free_after_taking
         for g, group in enumerate(self.groups):
             if g in self.mamba:
                 needed += self.mamba[g].blocks_needed(None, 0, hits[g], num_tokens)
                 continue
+            bs = self.sizes[g]
             required = cdiv(num_tokens, bs)
             if capped and self.caps[g] is not None:
                 required = min(required, self.caps[g])
@@ -165,7 +187,7 @@ class HybridKV:
                 tokens = num_tokens if main_tokens is None else main_tokens
                 needed += self.mamba[g].blocks_needed(live.req_id, len(table), (), tokens)
                 continue
-            required = cdiv(num_tokens, self.block_size)
+            required = cdiv(num_tokens, self.sizes[g])
             if capped and self.caps[g] is not None:
                 required = min(required, self.caps[g])
             needed += max(required - len(table), 0)
@@ -174,10 +196,10 @@ class HybridKV:
     def adopt(self, live: LiveRequest, hits: Tables, num_local: int, num_external: int) -> None:
         """A waiting request takes its hit (``add_local_computed_blocks``, every group first) and
         blocks for its external hit (``allocate_external_computed_blocks``)."""
-        bs, total = self.block_size, num_local + num_external
+        total, sizes = num_local + num_external, self.sizes
         tables: Tables = []
         for g, group in enumerate(self.groups):
-            skipped = group.skipped_tokens(total) // bs
+            skipped = group.skipped_tokens(total) // sizes[g]
             kept = hits[g][skipped:]
             self.pool.take([block for block in kept if block])
             tables.append([NULL_BLOCK] * skipped + kept)
@@ -187,7 +209,7 @@ class HybridKV:
                 skipped_tokens = group.skipped_tokens(total)
                 if skipped_tokens and min(total - skipped_tokens, num_external) <= 0:
                     continue
-                tables[g].extend(self.pool.allocate(max(0, cdiv(total, bs) - len(tables[g]))))
+                tables[g].extend(self.pool.allocate(max(0, cdiv(total, sizes[g]) - len(tables[g]))))
         self.set_tables(live, tables)
 
     def allocate(self, live: LiveRequest, num_tokens: int) -> tuple[tuple[BlockId, ...], ...]:
@@ -198,7 +220,7 @@ class HybridKV:
             if g in self.mamba:
                 fresh.append(tuple(self.mamba[g].allocate(live.req_id, table, num_tokens)))
                 continue
-            new = self.pool.allocate(max(0, cdiv(num_tokens, self.block_size) - len(table)))
+            new = self.pool.allocate(max(0, cdiv(num_tokens, self.sizes[g]) - len(table)))
             table.extend(new)
             fresh.append(tuple(new))
         return tuple(fresh)
@@ -207,7 +229,7 @@ class HybridKV:
         """``remove_skipped_blocks``: a window's blocks behind it go back to the pool (the last
         first), their table entries become null; a null entry ends the walk."""
         for g in self.windowed:
-            skipped = self.groups[g].skipped_tokens(processed_tokens) // self.block_size
+            skipped = self.groups[g].skipped_tokens(processed_tokens) // self.sizes[g]
             table = live.tables[g]
             freed = []
             for i in range(min(skipped, len(table)) - 1, -1, -1):
@@ -223,7 +245,11 @@ class HybridKV:
     def cache(self, live: LiveRequest, num_tokens: int) -> None:
         """``cache_blocks`` in every group: the full blocks below ``num_tokens``, a window's only
         where a later hit can read them."""
-        req, bs = live.req, self.block_size
+        req, grids = live.req, self.grids
+        if not grids.uniform:  # _align_cacheable: what a hit can end on
+            self._cache_groups(live, grids.aligned(num_tokens))
+            return
+        bs = self.block_size
         full_blocks = num_tokens // bs
         if self.mamba:
             self._mark_prompt_state(live, full_blocks)
@@ -246,6 +272,25 @@ class HybridKV:
                     if key is not None:
                         self.mamba[g].cached_this_step.add(key)
                         self.boundary_offers.append((live.req_id, g, table[i], (i + 1) * bs))
+            live.cached_blocks[g] = full_blocks
+
+    def _cache_groups(self, live: LiveRequest, num_tokens: int) -> None:
+        """``cache_blocks`` on groups of their own block sizes (no Mamba group): each group's full
+        blocks below ``num_tokens`` (aligned), a window's where a later hit can read them, the
+        alignment the groups' lcm (``cache_hit_alignment_tokens``)."""
+        req, grids = live.req, self.grids
+        junction = req.shared_prefix_boundary
+        boundaries = (req.num_prompt_tokens - 1, junction) if junction else (req.num_prompt_tokens - 1,)
+        for g, group in enumerate(self.groups):
+            start, bs = live.cached_blocks[g], self.sizes[g]
+            full_blocks = num_tokens // bs
+            if start >= full_blocks:
+                continue
+            table, hashes = live.tables[g], req.block_hashes
+            mask = group.reachable_block_mask(start, full_blocks, bs, grids.scheduler, self.retention, boundaries)
+            for i in range(start, full_blocks):
+                if table[i] and (mask is None or mask[i - start]):
+                    self.pool.commit_one(table[i], group_key(grids.block_hash(hashes, g, i), g))
             live.cached_blocks[g] = full_blocks
 
     def _mark_prompt_state(self, live: LiveRequest, full_blocks: int) -> None:
@@ -341,5 +386,4 @@ class HybridKV:
         that many tokens (``get_block_ids_for_computed_tokens``)."""
         if num_tokens is None:
             return tuple(tuple(table) for table in live.tables)
-        end = cdiv(num_tokens, self.block_size)
-        return tuple(tuple(table[:end]) for table in live.tables)
+        return tuple(tuple(table[:cdiv(num_tokens, size)]) for table, size in zip(live.tables, self.sizes))

@@ -25,6 +25,7 @@ import torch
 
 from kvoffload.core.types import NULL_BLOCK, TOKEN_TYPECODE, StepPlan, TransferJob
 from kvoffload.engine.drafter_kv import DRAFTER_LEAD, drafter_slots
+from kvoffload.engine.forward_writes import ForwardWrites
 from kvoffload.engine.mamba import accepted_state_end
 from kvoffload.engine.record import FenceViolation, PoisonedLoad
 from kvoffload.engine.requests import RequestSpec
@@ -81,9 +82,18 @@ def to_signed_int(value: int) -> int:
 
 class KVOracle:
     def __init__(self, kv: KVCache, requests: Sequence[RequestSpec], block_size: int, tokens_per_chunk: int,
-                 state_groups: Collection[int] = (), drafter_groups: Collection[int] = ()):
+                 state_groups: Collection[int] = (), group_sizes: Sequence[int] = (),
+                 drafter_groups: Collection[int] = ()):
+        # ``block_size``: the slots of a GPU block (the padded page); ``group_sizes``: each group's
+        # own block size where groups have their own (engine/block_grids.py): group g's token t
+        # sits in slot ``t % group_sizes[g]`` of its block ``t // group_sizes[g]``, a chunk is one
+        # block of the group (blocks_per_chunk 1). Empty: every group's block is the page.
         self.block_size = block_size
         self.tokens_per_chunk = tokens_per_chunk
+        self._sizes = tuple(group_sizes)
+        # Group 0's chunk in tokens: what the tier's final chunk watch reads (tier_fingerprint).
+        self._tier_row = kv.cpu.shape[1]  # a tier chunk's slots: blocks per chunk times the page
+        self._chunk0 = self._sizes[0] * (self._tier_row // block_size) if self._sizes else tokens_per_chunk
         # int64 view of each slot's fingerprint, one row per slot: [gpu_blocks * block_size]
         words = kv.gpu.view(kv.num_gpu_blocks * block_size, kv.slot_bytes).view(torch.int64)
         self._slot_fp = words[:, 0]
@@ -102,7 +112,7 @@ class KVOracle:
         # dropped when it finishes: memory follows what runs, not the workload or its backlog.
         self._fp = _Fingerprints()
         # The offload tier as an int64 view of each slot's fingerprint: what a store left there.
-        tier = kv.cpu.view(kv.num_cpu_chunks * tokens_per_chunk, kv.slot_bytes).view(torch.int64)[:, 0]
+        tier = kv.cpu.view(kv.num_cpu_chunks * self._tier_row, kv.slot_bytes).view(torch.int64)[:, 0]
         self._tier_fp_np = tier.numpy()
 
     def register(self, live) -> None:
@@ -125,7 +135,11 @@ class KVOracle:
     def tier_fingerprint(self, chunk_slot: int) -> int:
         """The fingerprint in the last position of the offload tier's ``chunk_slot`` (the chunk's
         whole token prefix: equal for equal prefixes only)."""
-        return int(self._tier_fp_np[(chunk_slot + 1) * self.tokens_per_chunk - 1])
+        return int(self._tier_fp_np[chunk_slot * self._tier_row + self._chunk0 - 1])
+
+    def group_size(self, group: int) -> int:
+        """Group ``group``'s block size in tokens (its grid; a block's slots are the page)."""
+        return self._sizes[group] if self._sizes else self.block_size
 
     def num_fingerprinted(self) -> int:
         """Requests whose fingerprints are held (live ones that ran or loaded)."""
@@ -140,7 +154,7 @@ class KVOracle:
     def forward(self, scheduled: Sequence) -> "ForwardWrites":
         """Write each scheduled position's fingerprint into its slot (one array write per step);
         returns the blocks each request wrote (built only if the fence check needs them)."""
-        bs = self.block_size
+        page, bs = self.block_size, self.group_size(0)
         fingerprints = self._fp
         small_slots: list[int] = []  # decode-sized writes, computed in Python
         small_values: list = []  # their fingerprints: a numpy scalar or slice per request
@@ -151,16 +165,16 @@ class KVOracle:
         for item in scheduled:
             start, num_tokens = item.start, item.num_tokens
             if num_tokens == 1:  # the decode step: one position, one slot
-                small_slots.append(item.live.blocks[start // bs] * bs + start % bs)
+                small_slots.append(item.live.blocks[start // bs] * page + start % bs)
                 small_values.append(fingerprints[item.live.req_id][start:start + 1])
             elif num_tokens > 1 and not item.prefill:  # 1 real token + drafts
                 blocks = item.live.blocks
                 for position, value in self._draft_fingerprints(item):
-                    draft_slots.append(blocks[position // bs] * bs + position % bs)
+                    draft_slots.append(blocks[position // bs] * page + position % bs)
                     draft_values.append(value)
             elif num_tokens <= SMALL_WRITE:
                 blocks = item.live.blocks
-                small_slots.extend(blocks[position // bs] * bs + position % bs
+                small_slots.extend(blocks[position // bs] * page + position % bs
                                    for position in range(start, start + num_tokens))
                 small_values.append(fingerprints[item.live.req_id][start:start + num_tokens])
             else:
@@ -168,7 +182,7 @@ class KVOracle:
                 first, last = start // bs, (end - 1) // bs
                 table = np.asarray(item.live.blocks[first:last + 1], dtype=np.int64)
                 positions = np.arange(start, end, dtype=np.int64)
-                big_slots.append(table[positions // bs - first] * bs + positions % bs)
+                big_slots.append(table[positions // bs - first] * page + positions % bs)
                 big_values.append(fingerprints[item.live.req_id][start:end])
         if small_slots or big_slots or draft_slots:
             slots = np.concatenate([np.asarray(small_slots + draft_slots, dtype=np.int64), *big_slots])
@@ -178,7 +192,7 @@ class KVOracle:
                 values = np.concatenate([values[:len(small_slots)], np.asarray(draft_values, dtype=np.int64),
                                          values[len(small_slots):]])
             self._write_slots(slots, values)
-        return ForwardWrites(scheduled, bs)
+        return ForwardWrites(scheduled, self._sizes or (bs,))
 
     def forward_group(self, scheduled: Sequence, group: int, state: bool = False) -> None:
         """A hybrid model: the same positions in group ``group``'s blocks (``live.tables[group]``),
@@ -188,7 +202,7 @@ class KVOracle:
             self._write_states(scheduled, group) if state else self._write_slots(
                 *drafter_slots(scheduled, group, self.block_size, self._fp, group_salt(group)))
             return
-        bs, salt = self.block_size, np.int64(group_salt(group))
+        page, bs, salt = self.block_size, self.group_size(group), np.int64(group_salt(group))
         slots, values = [], []
         one_slots, one_values = [], []  # decode steps: one position each, gathered in Python
         fingerprints = self._fp
@@ -198,7 +212,7 @@ class KVOracle:
             table = item.live.tables[group]
             if item.num_tokens == 1:
                 start = item.start
-                one_slots.append(table[start // bs] * bs + start % bs)
+                one_slots.append(table[start // bs] * page + start % bs)
                 one_values.append(fingerprints[item.live.req_id][start])
                 continue
             if item.num_tokens > 1 and not item.prefill:  # 1 real token + drafts
@@ -208,7 +222,7 @@ class KVOracle:
             else:
                 positions = np.arange(item.start, item.start + item.num_tokens, dtype=np.int64)
                 held = self._fp[item.live.req_id][item.start:item.start + item.num_tokens]
-            slots.append(np.asarray(table, dtype=np.int64)[positions // bs] * bs + positions % bs)
+            slots.append(np.asarray(table, dtype=np.int64)[positions // bs] * page + positions % bs)
             values.append(held ^ salt)
         if one_slots:
             slots.append(np.asarray(one_slots, dtype=np.int64))
@@ -321,16 +335,17 @@ class KVOracle:
     def _check_group_chunks(self, live, job: TransferJob, step: int) -> list[PoisonedLoad]:
         """A hybrid model's load: chunk by chunk, each in its group's blocks with its salt; a
         Mamba group's state at the request's resume point (:meth:`_check_states`)."""
-        bs, tpc = self.block_size, self.tokens_per_chunk
+        page, per_chunk = self.block_size, self._tier_row // self.block_size  # blocks per chunk, every group
         fingerprints, blocks = self._fp[live.req_id], iter(job.gpu_block_ids)
         poisoned = []
-        counts = job.counts(tpc // bs)
+        counts = job.counts(per_chunk)
         for chunk, group, skip, count in zip(job.chunk_indices, job.chunk_groups, job.skips(), counts):
-            start = chunk * tpc + skip * bs
+            bs = self.group_size(group)
+            start = (chunk * per_chunk + skip) * bs
             chunk_blocks = np.asarray([next(blocks) for _ in range(count)], dtype=np.int64)
             if group in self._state_groups:  # a state, not positions: checked below
                 continue
-            slots = (chunk_blocks[:, None] * bs + np.arange(bs)[None, :]).reshape(-1)
+            slots = (chunk_blocks[:, None] * page + np.arange(bs)[None, :]).reshape(-1)
             held = self._slot_fp_np[slots] if self._slot_fp_np is not None \
                 else self._slot_fp[torch.from_numpy(slots)].cpu().numpy()
             start += DRAFTER_LEAD if group in self._drafter_groups else 0
@@ -357,30 +372,6 @@ class KVOracle:
             if held != int(fingerprints[n - 1] ^ np.int64(group_salt(group))) or count != n:
                 poisoned.append(PoisonedLoad(step, live.req_id, (n - 1) // self.tokens_per_chunk, 1, group))
         return poisoned
-
-
-class ForwardWrites:
-    """The blocks each request's forward wrote, per request id (first scheduled first); only the
-    fence check reads them, and only in steps with stores not copied yet."""
-
-    __slots__ = ("_scheduled", "_block_size")
-
-    def __init__(self, scheduled: Sequence, block_size: int):
-        self._scheduled = scheduled
-        self._block_size = block_size
-
-    def items(self):
-        bs = self._block_size
-        writes: dict[str, set[int]] = {}
-        for item in self._scheduled:
-            if not item.num_tokens:
-                writes.setdefault(item.live.req_id, set())
-                continue
-            # every position start .. start + num_tokens - 1 (drafts included) is written
-            first, last = item.start // bs, (item.start + item.num_tokens - 1) // bs
-            for table in item.live.tables or (item.live.blocks,):  # a hybrid model: every group
-                writes.setdefault(item.live.req_id, set()).update(table[first:last + 1])
-        return writes.items()
 
 
 class _Fingerprints(dict):

@@ -186,7 +186,7 @@ class SchedulerModel:
         """Cache the request's full blocks below ``num_tokens`` (``KVCacheManager.cache_blocks``)."""
         req = live.req
         if self.hybrid is not None:
-            self.hybrid.cache(live, min(num_tokens, req.num_tokens, len(live.blocks) * self.config.block_size))
+            self.hybrid.cache(live, min(num_tokens, req.num_tokens, len(live.blocks) * self.hybrid.sizes[0]))
             return
         full_blocks = min(num_tokens, req.num_tokens, len(live.blocks) * self.config.block_size) \
             // self.config.block_size

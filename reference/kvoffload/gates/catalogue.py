@@ -50,11 +50,6 @@ COVERED_BY: dict[str, str] = {
 VLLM_ONLY: dict[str, str] = {
     "K13": "needs a second connector beside the one under test (vLLM's MultiConnector with a remote-prefill "
            "peer); the simulator runs one connector per engine",
-    "K15": "needs KV cache groups of different block sizes (with one, every window chunk holds a segment's tail "
-           "and is stored); the engine gives every group one block size, vLLM's scheduler builds them (model "
-           "nested-blocks-tiny)",
-    "K16": "needs KV cache groups of different block sizes (a window load then ends inside a window block); the "
-           "engine gives every group one block size, vLLM's scheduler builds them (model mixed-blocks-tiny)",
 }
 
 # Needs something this project does not model: one line each, no test that cannot fail.

@@ -45,7 +45,7 @@ from kvoffload.engine.config import EngineConfig
 from kvoffload.engine.drafter import speculative_tokens
 from kvoffload.vllm.compat import allocate_kv_caches, for_connector, own_storage_per_layer, use_kv_cache_layout
 from kvoffload.vllm.drafter_group import check_layers, hybrid_groups
-from kvoffload.vllm.group_blocks import own_shape, page_tokens, refuse_a_worker, scheduler_block_sizes, stock_chunking
+from kvoffload.vllm.group_blocks import own_shape, page_tokens, scheduler_block_sizes, stock_chunking
 from kvoffload.vllm.settings import refuse_unhonoured
 from kvoffload.vllm.tiny_kv import HEAD_SIZE, KV_DTYPE, LAYER_NAMES, NUM_KV_HEADS, NUM_LAYERS, block_bytes
 
@@ -348,7 +348,6 @@ def build_worker_side(config: VllmConfig, kv_cache_config, standins=None, comple
     (``kvoffload_patches``, undone by ``release_worker_side``)."""
     from kvoffload.vllm.standins.timeline import CopyTimeline, active
 
-    refuse_a_worker(kv_cache_config)
     kv_caches = allocate_kv_caches(config, kv_cache_config)
     timeline = CopyTimeline(completion_steps)
     patches = standins() if standins is not None else None

@@ -35,7 +35,6 @@ from kvoffload.vllm.adapters import (
     project_scheduler_output,
 )
 from kvoffload.vllm.compat import RELEASE
-from kvoffload.vllm.group_blocks import refuse_a_worker
 from kvoffload.vllm.regions import TRANSFER_KINDS, block_regions, make_handler
 from kvoffload.worker.connector import WorkerConnector
 
@@ -189,8 +188,6 @@ class KVOffloadConnector(KVConnectorBase_V1, SupportsHMA):
         gpu_block_size = _engine_block_size(kv_cache_config, extra.get("model", "dense"))
         self.options = ConnectorOptions.parse(extra, gpu_block_size)
         group = _check_groups(kv_cache_config, self.options.model, gpu_block_size, self.options.blocks_per_chunk)
-        if role != KVConnectorRole.SCHEDULER:
-            refuse_a_worker(kv_cache_config)  # its copies take one block size for every group
         bytes_per_block = group.kv_cache_spec.page_size_bytes * len(group.layer_names)
         retention = getattr(vllm_config.cache_config, "prefix_cache_retention_interval", 0)
         self.config = ConnectorConfig(

@@ -46,8 +46,8 @@ class FakeWorker:
                     start + real - 1, drafts, accepted[req_id]), dtype=np.int64)])
             writes.append((req_id, start, values))
             self._written_ends.append((req_id, start + real))
-            for table in self.tables.groups[req_id]:
-                self.store_delays.written(step, table, start, start + real + accepted.get(req_id, 0))
+            for table, size in zip(self.tables.groups[req_id], self.group_sizes):
+                self.store_delays.written(step, table, start, start + real + accepted.get(req_id, 0), size)
             self.record.scheduled_tokens += count
         context = self._forward_context()
         # Loads a step's forward reads (a synchronous connector's) start before it, as vLLM's
@@ -71,7 +71,7 @@ class FakeWorker:
                 continue
             write_positions(cells, [(self.tables.groups[req_id][group], start, cells.values(self._sequences[req_id],
                                                                                                start, values))
-                                    for req_id, start, values in writes], bs, group)
+                                    for req_id, start, values in writes], self.group_sizes[group], group)
         for name, view in self.kv_caches.items():  # each attention layer hands its KV on after writing it
             worker.save_kv_layer(name, view, context.attn_metadata[name])
         if not sync_first:
@@ -147,12 +147,12 @@ class FakeWorker:
         if claim is None:
             return
         start, end = claim
-        bs = self.engine.block_size
+        sizes = self.group_sizes  # each group's grid; a chunk is blocks_per_chunk of its blocks
         tables = self.scheduler.kv_cache_manager.get_block_ids(req_id)
-        if any(invalid.intersection(table[start // bs:-(-end // bs)]) for table in tables):
+        if any(invalid.intersection(table[start // bs:-(-end // bs)]) for table, bs in zip(tables, sizes)):
             return
         if states is not True:
             self.checked_load_tokens += end - start
         for group, chunk, count in poisoned_chunks(self.group_cells, tables, self._sequences[req_id].fingerprints,
-                                                   start, end, bs, self.engine.tokens_per_chunk, states):
+                                                   start, end, sizes, self.engine.blocks_per_chunk, states):
             self.record.poisoned.append(PoisonedLoad(step, req_id, chunk, count, group))

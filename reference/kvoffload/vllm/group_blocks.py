@@ -4,8 +4,8 @@ vLLM gives each group its own ``KVCacheSpec.block_size`` where a model sets one 
 (DeepSeek-V4: full attention 256, its window 64). ``EngineCore`` then aligns the scheduler to the
 groups' lcm and hashes at their gcd (``resolve_kv_cache_block_sizes``, vLLM 0.25+), and every
 group's page is padded to one size (``AttentionSpec.page_size_padded``), since the groups share one
-pool of blocks. Only vLLM's scheduler runs such groups here (K15's and K16's gates): the
-replay's fake model, KV oracle and copy handlers index every group at one block size.
+pool of blocks. The replay's worker copies whole pages (``vllm/regions.py``), and its fake model
+and KV oracle index each group on its own grid (``fake_worker.py``, ``model.py``).
 """
 
 from __future__ import annotations
@@ -52,9 +52,3 @@ def scheduler_block_sizes(config, kv_cache_config) -> dict:
     from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
 
     return dict(zip(("block_size", "hash_block_size"), resolve_kv_cache_block_sizes(kv_cache_config, config)))
-
-
-def refuse_a_worker(kv_cache_config) -> None:
-    if differ(kv_cache_config):
-        raise ConfigError("groups of different block sizes run in vLLM's scheduler only: the replay's worker, "
-                          "KV oracle and copies take one block size for every group")

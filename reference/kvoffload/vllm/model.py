@@ -25,6 +25,8 @@ is what vLLM caches and its connector stores.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
@@ -239,15 +241,19 @@ def read_positions(cells: FingerprintCells, table: list[int], start: int, end: i
 
 
 def poisoned_chunks(group_cells: list[FingerprintCells], tables, fingerprints: np.ndarray, start: int, end: int,
-                    block_size: int, tokens_per_chunk: int, states: bool | None = None) -> list[tuple[int, int, int]]:
+                    block_sizes: Sequence[int], blocks_per_chunk: int,
+                    states: bool | None = None) -> list[tuple[int, int, int]]:
     """A load of positions [start, end) checked in every KV cache group against the true prefix's
     fingerprints (each group's salted, engine/oracle.py): (group, chunk, bad positions) per poisoned
     chunk. A sliding window's load starts at its first block still held (vLLM nulls the others). A
     Mamba group's load restores one state, which must summarise exactly the ``end`` tokens the
     request resumes after (its token count and their hash): one bad slot in the chunk of ``end - 1``.
-    ``states``: True checks only the Mamba groups, False only the others (None: all)."""
+    ``states``: True checks only the Mamba groups, False only the others (None: all).
+    ``block_sizes``: each group's block size (its own where groups have one, vllm/group_blocks.py);
+    a group's chunk is ``blocks_per_chunk`` of its blocks."""
     poisoned = []
-    for group, (cells, table) in enumerate(zip(group_cells, tables)):
+    for group, (cells, table, block_size) in enumerate(zip(group_cells, tables, block_sizes)):
+        tokens_per_chunk = block_size * blocks_per_chunk
         if states is not None and states != isinstance(cells, StateCells):
             continue
         if isinstance(cells, StateCells):  # one state: the one the request resumes from

@@ -163,8 +163,9 @@ class StoreSubmitDelays:
                 for block in group_ids:
                     full_at[block] = self.step
 
-    def written(self, step: int, table, start: int, valid_end: int) -> None:
-        bs = self.block_size
+    def written(self, step: int, table, start: int, valid_end: int, block_size: int | None = None) -> None:
+        """``block_size``: the table's group's, where groups have their own (the engine's else)."""
+        bs = block_size or self.block_size
         for index in range(-(-(start + 1) // bs) - 1, valid_end // bs):
             self._full_at[table[index]] = step
 

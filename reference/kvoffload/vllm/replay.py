@@ -51,6 +51,7 @@ from kvoffload.vllm.connector_parts import (block_copy_backend, tracked_requests
                                             wait_for_unreported_copies)
 from kvoffload.vllm.fake_worker import FakeWorker
 from kvoffload.vllm.foreign import check_runs_here
+from kvoffload.vllm.group_blocks import scheduler_block_sizes
 from kvoffload.vllm.model import BlockTables, DrafterCells, FingerprintCells, ScriptedSequence, StateCells
 from kvoffload.vllm.observe import AdmissionLedger, StoreSubmitDelays, timed_methods
 from kvoffload.workloads.tokens import EOS_ID
@@ -132,7 +133,11 @@ class VllmSchedulerReplay(FakeWorker):
         elif backend is not None:
             self.store_delays.attach_block_copies(backend)
         init_none_hash(sha256)
-        self._hasher = get_request_block_hasher(engine.block_size, sha256)
+        # Requests hashed at the groups' gcd where they have block sizes of their own (EngineCore).
+        self._hasher = get_request_block_hasher(scheduler_block_sizes(self.config, kv_cache_config).get(
+            "hash_block_size", engine.block_size), sha256)
+        # Each group's block size (its grid; the page is the largest's, vllm/group_blocks.py).
+        self.group_sizes = [group.kv_cache_spec.block_size for group in kv_cache_config.kv_cache_groups]
         self._arrivals: list[tuple[int, int, str]] = sorted(
             (spec.arrival_step, order, spec.req_id) for order, spec in enumerate(requests) if spec.parent is None)
         self._children = defaultdict(list)
