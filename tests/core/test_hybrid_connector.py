@@ -167,7 +167,8 @@ class TestReleaseWindowRules:
     vllm-0.25, -0.26, -0.29) against 0.30+."""
 
     def test_up_to_0_29_every_window_chunk_is_stored(self):
-        """No reachable mask before 0.30: the window stores chunks 0-4 of a 20-token prompt too."""
+        """No reachable mask before 0.30: with one block size there is no segment either, so the
+        window stores chunks 0-4 of a 20-token prompt."""
         groups = Groups(fixes=Fixes.preset("vllm-0.29"))
         groups.prefill_and_finish("A", prompt(20), first_block=1)
         assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
@@ -180,20 +181,25 @@ class TestReleaseWindowRules:
         groups.prefill_and_finish("A", prompt(20), first_block=1)
         assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
 
-    @pytest.mark.parametrize("preset, stored", [("vllm-0.25", {1, 2, 4, 5, 7, 8}), ("vllm-0.26", {1, 2, 4, 5, 7, 8}),
-                                                ("vllm-0.29", set(range(10))), (None, {1, 2, 4, 5, 7, 8, 9})])
-    def test_nested_grids_store_the_window_chunks_of_each_release(self, preset, stored):
+    @pytest.mark.parametrize("preset, step, stored", [
+        ("vllm-0.25", 8, {1, 2, 4, 5, 7, 8}), ("vllm-0.26", 8, {1, 2, 4, 5, 7, 8}), ("vllm-0.29", 8, set(range(10))),
+        (None, 8, {1, 2, 4, 5, 7, 8, 9}), ("vllm-0.26", 16, {1, 2, 4, 5, 7, 8}), ("vllm-0.29", 16, set(range(1, 10))),
+        ("vllm-0.29", 24, {1, 2, 4, 5, 7, 8, 9}), (None, 16, {1, 2, 4, 5, 7, 8, 9})])
+    def test_nested_grids_store_the_window_chunks_of_each_release(self, preset, step, stored):
         """K15's story (``nested-blocks-tiny``: 12-token chunks beside an 8-token window of 4-token
-        chunks, dense retention; 40 tokens prefilled 8 a step): 0.25-0.26 store each whole
-        segment's last two window chunks, not the prompt's 9; 0.27-0.29 (modelled as every
-        chunk) 0, 3 and 6 too; 0.30+ the segments' and the prompt's tails."""
+        chunks, dense retention; 40 tokens prefilled ``step`` a step): 0.25-0.26 store each whole
+        segment's last two window chunks, not the prompt's 9; 0.27-0.29 the last two before each
+        step's frontier too (``WindowRules.FRONTIER_TAILS``): 8 a step, frontiers 8, 16 and 32 add
+        chunks 0, 3 and 6; 16 a step, 16 and 32 add 3 and 6 (chunk 0 is no tail); 24 a step, 24 is
+        a segment's end and adds none; 0.30+ the segments' and the prompt's tails."""
         groups = Groups(retention=None, cpu_chunks=64, fixes=Fixes.preset(preset) if preset else None,
                         model="nested-blocks-tiny")
         req = groups.add("C", prompt(40))
         groups.connector.get_num_new_matched_tokens(req, 0)
-        for done in range(0, 40, 8):
-            full = list(range(100 + cdiv(done, 12), 100 + cdiv(done + 8, 12)))
-            groups.step({"C": 8}, {"C": [full, list(range(1 + done // 4, 1 + (done + 8) // 4))]})
+        for done in range(0, 40, step):
+            last = min(done + step, 40)
+            full = list(range(100 + cdiv(done, 12), 100 + cdiv(last, 12)))
+            groups.step({"C": last - done}, {"C": [full, list(range(1 + done // 4, 1 + last // 4))]})
         assert groups.stored[("C", 1)] == stored
 
     def test_0_25_and_0_26_bound_a_loads_window_blocks_by_the_window(self):

@@ -217,7 +217,8 @@ def test_the_reference_stores_the_window_chunks_vllm_0_32_stores():
 
 def test_k15s_gate_fails_the_reference_with_the_frontier_horizon_and_with_every_chunk(monkeypatch):
     """The frontier taken for the final segment's end (0.27-0.29's horizon) planted; 0.29's preset
-    stores every window chunk (``WindowRules.EVERY_CHUNK``), 0.27-0.29's result: both fail."""
+    (``WindowRules.FRONTIER_TAILS``) stores every window chunk of this story, 0.27-0.29's result:
+    both fail."""
     from kvoffload.core.hybrid_stores import HybridStorePlanner
 
     if DENSE_RETENTION:
@@ -246,6 +247,22 @@ def test_the_presets_of_0_25_and_0_26_store_the_segments_tails_as_those_releases
     run_k15(REFERENCE, preset)
     old = PRESETS[preset]
     monkeypatch.setitem(PRESETS, preset, dataclasses.replace(
-        old, rules=dataclasses.replace(old.rules, windows=WindowRules.EVERY_CHUNK)))
+        old, rules=dataclasses.replace(old.rules, windows=WindowRules.FRONTIER_TAILS)))
     with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
         run_k15(REFERENCE, preset)
+
+
+@pytest.mark.parametrize("num_tokens, step", [(40, 8), (40, 12), (40, 16), (40, 24), (37, 16), (44, 20)])
+def test_the_releases_preset_stores_the_window_chunks_its_stock_connector_stores(num_tokens, step):
+    """The preset of the installed release (``releases.PRESET_OF``; the reference from 0.31)
+    submits the window chunks its stock connector submits, whatever the prefill's step: 0.27-0.29
+    take each step's frontier for a segment's end (``WindowRules.FRONTIER_TAILS``: 16 a step
+    stores 3 and 6, not 0), 0.25-0.26 only whole segments' tails, 0.30+ the reachable chunks."""
+    import vllm
+
+    from kvoffload.gates.test_k15_k16_block_sizes import window_chunks_stored_in_prefill
+    from kvoffload.releases import PRESET_OF
+
+    stock = window_chunks_stored_in_prefill(GateConnector(STOCK, None), num_tokens, step)
+    ours = window_chunks_stored_in_prefill(GateConnector(REFERENCE, PRESET_OF[vllm.__version__]), num_tokens, step)
+    assert ours == stock

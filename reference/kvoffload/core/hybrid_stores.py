@@ -53,7 +53,7 @@ class HybridStorePlanner(StorePlanner):
         super().__init__(config, fixes, manager, jobs, stats, cursor_moved)
         self.groups = groups
         self._touch = touch  # vLLM <= 0.30: the connector's _touch after a store that allocated
-        # vLLM <= 0.29 stored every window chunk, 0.25-0.26 bar the segments' heads (ReleaseRules.windows)
+        # vLLM <= 0.29 stored a window's segment tails, not the reachable chunks (ReleaseRules.windows)
         self._masked = fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._sliding = [group.kind is GroupKind.SLIDING_WINDOW for group in groups]
         self._mamba = [group.kind is GroupKind.MAMBA for group in groups]
@@ -66,15 +66,16 @@ class HybridStorePlanner(StorePlanner):
         # chunk). The models here have one full-attention chunk size at most.
         full = [tpc for group, tpc in zip(groups, chunk_tokens) if group.kind is GroupKind.FULL_ATTENTION]
         self._alignment = max(full or chunk_tokens)
-        # vLLM 0.25-0.26 (ReleaseRules.windows): per group, its chunks per whole segment and how
-        # many of them lead the segment unstored (those before its window's tail), None where
-        # every chunk is stored (SchedulerOffloadConfig's alignment_chunk_count).
-        tails = fixes.rules.windows is WindowRules.SEGMENT_TAILS and len(set(full)) == 1
+        # vLLM 0.25-0.29 (ReleaseRules.windows): per group, its chunks per segment and its window
+        # in chunks, None where every chunk is stored (SchedulerOffloadConfig's alignment_chunk_count).
+        tails = not self._masked and len(set(full)) == 1
+        # 0.27-0.29 end the segment a store's frontier cuts short at that frontier (K15)
+        self._frontier_ends = fixes.rules.windows is WindowRules.FRONTIER_TAILS
         self._segments: list[tuple[int, int] | None] = []
         for group, tpc in zip(groups, chunk_tokens):
             window = group.window_chunks(tpc)
             segment = segment_chunks(full[0], tpc, window) if tails else None
-            self._segments.append(None if segment is None else (segment, segment - window))
+            self._segments.append(None if segment is None else (segment, window))
 
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
@@ -159,8 +160,8 @@ class HybridStorePlanner(StorePlanner):
             for i, (key, block) in enumerate(zip(keys, last_blocks)):
                 if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
                     continue
-                if segment is not None and (start + i) % segment[0] < segment[1]:
-                    continue  # vLLM 0.25-0.26: ahead of its whole segment's tail (K15)
+                if segment is not None and not self._in_segment_tail(start + i, end, *segment):
+                    continue
                 wanted.append(key)
                 positions.append((start + i, g))  # recency: by chunk, then group (order_request_keys)
         if not wanted:
@@ -214,6 +215,14 @@ class HybridStorePlanner(StorePlanner):
         jobs.append(TransferJob(job_id, req.req_id, TransferKind.STORE, tuple(source), tuple(slots),
                                 tuple(indices), chunk_groups=tuple(chunk_groups), chunk_skips=tuple(skips),
                                 chunk_counts=tuple(counts) if self._mamba_from_table else ()))
+
+    def _in_segment_tail(self, chunk: int, end: int, segment: int, window: int) -> bool:
+        """vLLM 0.25-0.29: whether ``chunk`` is among the last ``window`` chunks of its segment,
+        the segment whole in 0.25-0.26 (``pos_in_segment``) and cut at the store's end ``end`` in
+        0.27-0.29 (``is_store_reachable_swa_chunk``'s ``actual_segment_length``): K15."""
+        position = chunk % segment
+        length = min(segment, end - (chunk - position)) if self._frontier_ends else segment
+        return position >= length - window
 
     def _horizon(self, req, tpc: int, end: int) -> int | None:
         """The chunk where the request's final segment ends, whose window tail a later hit on
