@@ -208,7 +208,7 @@ class TestReleaseWindowRules:
         config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=8, model="mixed-blocks-tiny")
         bounds = {preset: connector_scheduler(config, Fixes.preset(preset)).pending_window_blocks(1)
                   for preset in PRESETS}
-        assert bounds == {"vllm-0.25": 1, "vllm-0.26": 1, "vllm-0.29": 2, "vllm-0.30": 2}
+        assert bounds == {"vllm-0.25": 1, "vllm-0.26": 1, "vllm-0.28": 2, "vllm-0.29": 2, "vllm-0.30": 2}
         assert connector_scheduler(config, Fixes()).pending_window_blocks(1) == 2
 
     @pytest.mark.parametrize("preset, answer", [(None, (8, True)), ("vllm-0.29", (None, False))])

