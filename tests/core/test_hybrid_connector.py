@@ -202,6 +202,32 @@ class TestReleaseWindowRules:
             groups.step({"C": last - done}, {"C": [full, list(range(1 + done // 4, 1 + last // 4))]})
         assert groups.stored[("C", 1)] == stored
 
+    @pytest.mark.parametrize("preset, stored", [(None, {1, 2, 3}), ("vllm-0.30", {1, 2, 3}), ("vllm-0.29", {0, 1, 2, 3})])
+    def test_an_abort_mid_prefill_stores_the_window_tail_before_its_end(self, preset, stored, monkeypatch):
+        """K15's grids, C (40 tokens) prefilled 8 a step and aborted at 16: 0.30+ look again at
+        the final segment the abort cut short (``reconsider_final_swa_tail``) and store chunk 3,
+        which the prompt's horizon left unreachable when the cursor passed it (vLLM 0.32.0's stock
+        connector stores 1, 2 and 3, tests/vllm/test_k15_k16_block_sizes.py); without that look
+        (planted) only 1 and 2. 0.27-0.29 stored each step's frontier tail anyway."""
+        def run():
+            groups = Groups(retention=None, cpu_chunks=64, fixes=Fixes.preset(preset) if preset else None,
+                            model="nested-blocks-tiny")
+            req = groups.add("C", prompt(40))
+            groups.connector.get_num_new_matched_tokens(req, 0)
+            groups.step({"C": 8}, {"C": [[100], [1, 2]]})
+            groups.step({"C": 8}, {"C": [[101], [3, 4]]})
+            req.status = RequestStatus.FINISHED_ABORTED
+            groups.connector.request_finished(req, ((100, 101), (1, 2, 3, 4)))
+            groups.step(finished=["C"])
+            return groups.stored[("C", 1)]
+
+        assert run() == stored
+        if preset != "vllm-0.29":
+            from kvoffload.core.hybrid_stores import HybridStorePlanner
+
+            monkeypatch.setattr(HybridStorePlanner, "_final_tail", lambda self, req, g, cursor, end: None)
+            assert run() == {1, 2}
+
     def test_0_25_and_0_26_bound_a_loads_window_blocks_by_the_window(self):
         """``ReleaseRules.window_load_spare_block``: K16's bound, the window in blocks (one here),
         one more from 0.27 (PR #49052)."""

@@ -115,8 +115,9 @@ class WindowRules(enum.Enum):
     # `window` chunks in a row, the rightmost run too, and any pending chunk it meets defers it.
     FRONTIER_TAILS = "frontier-tails"
     # vLLM >= 0.30: only the chunks a lookup can read are stored (reachable_block_mask and the
-    # retention interval); the rightmost run of a hit ending inside a chunk needs one chunk more
-    # (load_window_size_in_chunks); a pending chunk behind a miss no longer defers (PR #56486).
+    # retention interval), a finished request's final window tail looked at again
+    # (reconsider_final_swa_tail); the rightmost run of a hit ending inside a chunk needs one chunk
+    # more (load_window_size_in_chunks); a pending chunk behind a miss no longer defers (PR #56486).
     REACHABLE_CHUNKS = "reachable-chunks"
     # vLLM 0.25-0.26: lookups as FRONTIER_TAILS; a window's chunks stored only at the tail of each whole
     # full-attention segment (the window's chunks of it), counted from chunk 0 however far the

@@ -131,8 +131,13 @@ class HybridStorePlanner(StorePlanner):
         req = state.req
         finished = req.status.is_finished
         watermark = self._offloadable_tokens(req, num_scheduled)
-        if self._cursor_monotonic and all(watermark // tpc <= group.next_stored_chunk
-                                          for tpc, group in zip(tpcs, state.groups)):
+        tails: list[tuple[int, int] | None] = [None] * len(tpcs)
+        if finished and self._masked:  # the keys first: they bound a group's stored end (_storable)
+            refresh_group_keys(state, self._hpc)
+            tails = [self._final_tail(req, g, group.next_stored_chunk, self._storable(state, g, watermark))
+                     for g, group in enumerate(state.groups)]
+        if self._cursor_monotonic and not any(tails) and all(watermark // tpc <= group.next_stored_chunk
+                                                              for tpc, group in zip(tpcs, state.groups)):
             return  # the decode step: no group has a chunk to offer (vLLM's loop finds none either)
         refresh_group_keys(state, self._hpc)  # _update_req_states: every scheduled request's keys
         boundaries = () if self._retention is None else (
@@ -140,7 +145,8 @@ class HybridStorePlanner(StorePlanner):
             else (req.num_prompt_tokens - 1,))
         wanted, positions, ranges = [], [], []
         for g, group in enumerate(state.groups):
-            start, end = group.next_stored_chunk, self._storable(state, g, watermark)
+            cursor, end = group.next_stored_chunk, self._storable(state, g, watermark)
+            start = cursor if tails[g] is None else tails[g][0]
             ranges.append((start, end))
             if end <= start or (self._mamba[g] and not self._mamba_from_table):  # only from the hand-off
                 continue
@@ -150,15 +156,21 @@ class HybridStorePlanner(StorePlanner):
                 raise ConnectorCrash(  # vLLM's `assert len(offload_keys) == len(offload_block_ids)`
                     f"assert len(offload_keys) == len(block_ids) failed for {req.req_id!r} group {g}: "
                     f"chunks {start}..{end}, {len(keys)} keys, {len(last_blocks)} blocks")
-            mask = None
+            mask = prompt_mask = None
             if self._masked:
                 horizon = self._horizon(req, tpcs[g], end)  # a no-op where the window's chunk is the alignment's
                 mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, tpcs[g] // bpc, self._alignment,
                                                            self._retention, boundaries,
                                                            None if horizon is None else horizon * bpc)
+                if tails[g] is not None:  # what the prompt's horizon reached was offered before
+                    prompt_mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, tpcs[g] // bpc,
+                                                                      self._alignment, self._retention, boundaries,
+                                                                      tails[g][1] * bpc)
             segment = self._segments[g]
             for i, (key, block) in enumerate(zip(keys, last_blocks)):
                 if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
+                    continue
+                if start + i < cursor and (prompt_mask is None or any(prompt_mask[i * bpc:(i + 1) * bpc])):
                     continue
                 if segment is not None and not self._in_segment_tail(start + i, end, *segment):
                     continue
@@ -224,13 +236,30 @@ class HybridStorePlanner(StorePlanner):
         length = min(segment, end - (chunk - position)) if self._frontier_ends else segment
         return position >= length - window
 
+    def _final_tail(self, req, g: int, cursor: int, end: int) -> tuple[int, int] | None:
+        """vLLM 0.30+'s second look at a finished request's final window tail
+        (``_build_store_jobs``' ``reconsider_final_swa_tail``, dense retention): where the stored
+        end is not the prompt's horizon (an abort mid-prefill, a decode past it), the chunks of
+        its last partial segment the cursor passed while the prompt's horizon left them
+        unreachable are offered again. (The store's first chunk, the prompt's horizon) where
+        that reaches below the cursor, else None: with one block size the partial segment is
+        empty."""
+        block_tokens = self._tpcs[g] // self._bpc
+        prompt_horizon = min(req.num_prompt_tokens, req.num_tokens) // self._tpcs[g]
+        if (not self._sliding[g] or self._retention is not None or end == prompt_horizon
+                or self._alignment % block_tokens):
+            return None
+        per_segment = self._alignment // block_tokens
+        start = min(cursor, (end * self._bpc - end * self._bpc % per_segment) // self._bpc)
+        return (start, prompt_horizon) if start < min(cursor, end) else None
+
     def _horizon(self, req, tpc: int, end: int) -> int | None:
         """The chunk where the request's final segment ends, whose window tail a later hit on
         the whole prompt reads (vLLM 0.32 ``_build_store_jobs``' ``store_horizon_chunks``, vLLM
         #54362, 0.30+): the stored end once finished, the prompt's while a prefill step stores
         below it; None under a retention interval (its boundaries say) or past the prompt (a
-        decode frontier is no final boundary). 0.32's second look at a finished request's final
-        tail (``reconsider_final_swa_tail``, with stores past the prompt) is not modelled."""
+        decode frontier is no final boundary); :meth:`_final_tail` looks again at a finished
+        request's final tail."""
         if self._retention is not None:
             return None
         if req.status.is_finished:
