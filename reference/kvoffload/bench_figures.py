@@ -80,7 +80,12 @@ def at_a_glance_markdown(summary: dict, commit: str, date: str) -> str:
     workloads = list(dict.fromkeys(workload for workload, _ in rows))
     lines = ["| preset (release) | " + " | ".join(f"`{name}`" for name in GLANCE) + " |",
              "|---|" + "---|" * len(GLANCE)]
+    unmeasured = []
     for label, preset in PRESETS.items():
+        if not any((workload, label) in rows for workload in workloads):
+            unmeasured.append(f"`{label}`")  # a preset newer than the bench: no row, not "never behind"
+            lines.append(f"| `{label}` ({preset.release}) | " + " | ".join("-" for _ in GLANCE) + " |")
+            continue
         cells = []
         for name in GLANCE:
             worst = None
@@ -102,5 +107,6 @@ def at_a_glance_markdown(summary: dict, commit: str, date: str) -> str:
     lines.append(f"Each cell: the preset's value where it falls furthest behind the reference, with the "
                  f"reference's value and the workload; \"=\": never behind on {', '.join(workloads)}"
                  + "".join(f" ({' and '.join(labels)} refuse {workload}: no row)" for workload, labels in refused.items())
+                 + (f"; \"-\": {' and '.join(unmeasured)} not in this bench" if unmeasured else "")
                  + f". `kvoffload bench` at commit {commit[:7]} ({date}), `results/runs/bench-summary.json`.")
     return "\n".join(lines)

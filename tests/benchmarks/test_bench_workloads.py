@@ -28,7 +28,7 @@ KINDS = ("shared-prefix", "multi-turn", "spec-decode", "gpt-oss-multi-turn", "gp
          "qwen3-next-multi-turn", "qwen3-next-spec-decode")
 # A preset that refuses a model (Fixes.check_model) is skipped, not replayed. None refuses a bundled
 # model today: the refusal is planted for the presets that store a Mamba group from its block table.
-REFUSED = {"qwen3-next-multi-turn": ("vllm-0.25", "vllm-0.26"), "qwen3-next-spec-decode": ("vllm-0.25", "vllm-0.26")}
+REFUSED = dict.fromkeys(("qwen3-next-multi-turn", "qwen3-next-spec-decode"), ("vllm-0.25", "vllm-0.26", "vllm-0.28"))
 REASON = "planted: this preset's Mamba stores are not modelled"
 
 

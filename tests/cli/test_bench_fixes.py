@@ -68,3 +68,18 @@ SYMPTOM = {
     "defer_lookup_while_transferring": "offload_hit_rate",
     "reset_clears_request_jobs": "crashes",
 }
+
+
+def test_the_glance_table_marks_a_preset_the_bench_did_not_run():
+    """README's "Results at a glance": a preset with no row in the bench summary (newer than the
+    published bench) reads "-" and is named under the table, not "=" (never behind)."""
+    from kvoffload.bench_figures import GLANCE, at_a_glance_markdown
+
+    measured = {name: 1.0 if name.endswith("rate") else 0 for name in GLANCE}
+    summary = {"rows": [{"workload": "w", "connector": label, "metrics": measured} for label in ("reference", "vllm-0.25")]}
+    lines = at_a_glance_markdown(summary, "abcdef1234", "2026-12-07").splitlines()
+    rows = {line.split(" | ")[0]: line for line in lines if line.startswith("| `")}
+    assert rows["| `vllm-0.25` (0.25.0)"].endswith("| = | = | = | = | = | = |")
+    assert rows["| `vllm-0.26` (0.26.0)"].endswith("| - | - | - | - | - | - |")
+    missing = " and ".join(f"`{name}`" for name in PRESETS if name != "vllm-0.25")
+    assert f'"-": {missing} not in this bench.' in lines[-1]

@@ -38,7 +38,7 @@ def test_the_presets_that_cannot_replay_a_mamba_group_are_rows_refused_with_the_
     assert main(["bench", "--small", "--quiet", "--out-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     labels = [ConnectorChoice.build(preset, disabled).label for preset, disabled in BENCH_CONNECTORS]
-    refused = ["vllm-0.25", "vllm-0.26"]
+    refused = ["vllm-0.25", "vllm-0.26", "vllm-0.28"]
     assert replayed == labels + [label for label in labels if label not in refused]
     summary = json.loads((tmp_path / "bench-summary-small.json").read_text())
     assert summary["refused"] == [{"workload": "qwen3-next-multi-turn-small", "connector": label,
@@ -46,11 +46,11 @@ def test_the_presets_that_cannot_replay_a_mamba_group_are_rows_refused_with_the_
     assert summary["refused"][0]["reason"].startswith(REASON)
     assert [(row["workload"], row["connector"]) for row in summary["rows"]][len(labels):] == [
         ("qwen3-next-multi-turn-small", label) for label in labels if label not in refused]
-    assert not list(tmp_path.glob("bench-qwen3-next-multi-turn-small-vllm-0.2[56].json"))
+    assert not list(tmp_path.glob("bench-qwen3-next-multi-turn-small-vllm-0.2[568].json"))
     # the table: each refused row in its place, in the plan's order, and the reasons under it
     table = [line.split() for line in out.splitlines() if line.startswith("qwen3-next-multi-turn-small ")]
-    assert [cells[1] for cells in table if "[" not in cells[1]][-4:] == ["vllm-0.25", "vllm-0.26", "vllm-0.29",
-                                                                          "vllm-0.30"]
-    assert [cells[2] for cells in table if cells[1] in refused] == ["refused", "refused"]
+    assert [cells[1] for cells in table if "[" not in cells[1]][-5:] == ["vllm-0.25", "vllm-0.26", "vllm-0.28",
+                                                                          "vllm-0.29", "vllm-0.30"]
+    assert [cells[2] for cells in table if cells[1] in refused] == ["refused"] * 3
     for label in refused:
         assert f"qwen3-next-multi-turn-small [{label}] refused: {REASON}" in out

@@ -167,7 +167,8 @@ class TestReleaseWindowRules:
     vllm-0.25, -0.26, -0.29) against 0.30+."""
 
     def test_up_to_0_29_every_window_chunk_is_stored(self):
-        """No reachable mask before 0.30: the window stores chunks 0-4 of a 20-token prompt too."""
+        """No reachable mask before 0.30: with one block size there is no segment either, so the
+        window stores chunks 0-4 of a 20-token prompt."""
         groups = Groups(fixes=Fixes.preset("vllm-0.29"))
         groups.prefill_and_finish("A", prompt(20), first_block=1)
         assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
@@ -180,21 +181,52 @@ class TestReleaseWindowRules:
         groups.prefill_and_finish("A", prompt(20), first_block=1)
         assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
 
-    @pytest.mark.parametrize("preset, stored", [("vllm-0.25", {1, 2, 4, 5, 7, 8}), ("vllm-0.26", {1, 2, 4, 5, 7, 8}),
-                                                ("vllm-0.29", set(range(10))), (None, {1, 2, 4, 5, 7, 8, 9})])
-    def test_nested_grids_store_the_window_chunks_of_each_release(self, preset, stored):
+    @pytest.mark.parametrize("preset, step, stored", [
+        ("vllm-0.25", 8, {1, 2, 4, 5, 7, 8}), ("vllm-0.26", 8, {1, 2, 4, 5, 7, 8}), ("vllm-0.29", 8, set(range(10))),
+        (None, 8, {1, 2, 4, 5, 7, 8, 9}), ("vllm-0.26", 16, {1, 2, 4, 5, 7, 8}), ("vllm-0.29", 16, set(range(1, 10))),
+        ("vllm-0.29", 24, {1, 2, 4, 5, 7, 8, 9}), (None, 16, {1, 2, 4, 5, 7, 8, 9})])
+    def test_nested_grids_store_the_window_chunks_of_each_release(self, preset, step, stored):
         """K15's story (``nested-blocks-tiny``: 12-token chunks beside an 8-token window of 4-token
-        chunks, dense retention; 40 tokens prefilled 8 a step): 0.25-0.26 store each whole
-        segment's last two window chunks, not the prompt's 9; 0.27-0.29 (modelled as every
-        chunk) 0, 3 and 6 too; 0.30+ the segments' and the prompt's tails."""
+        chunks, dense retention; 40 tokens prefilled ``step`` a step): 0.25-0.26 store each whole
+        segment's last two window chunks, not the prompt's 9; 0.27-0.29 the last two before each
+        step's frontier too (``WindowRules.FRONTIER_TAILS``): 8 a step, frontiers 8, 16 and 32 add
+        chunks 0, 3 and 6; 16 a step, 16 and 32 add 3 and 6 (chunk 0 is no tail); 24 a step, 24 is
+        a segment's end and adds none; 0.30+ the segments' and the prompt's tails."""
         groups = Groups(retention=None, cpu_chunks=64, fixes=Fixes.preset(preset) if preset else None,
                         model="nested-blocks-tiny")
         req = groups.add("C", prompt(40))
         groups.connector.get_num_new_matched_tokens(req, 0)
-        for done in range(0, 40, 8):
-            full = list(range(100 + cdiv(done, 12), 100 + cdiv(done + 8, 12)))
-            groups.step({"C": 8}, {"C": [full, list(range(1 + done // 4, 1 + (done + 8) // 4))]})
+        for done in range(0, 40, step):
+            last = min(done + step, 40)
+            full = list(range(100 + cdiv(done, 12), 100 + cdiv(last, 12)))
+            groups.step({"C": last - done}, {"C": [full, list(range(1 + done // 4, 1 + last // 4))]})
         assert groups.stored[("C", 1)] == stored
+
+    @pytest.mark.parametrize("preset, stored", [(None, {1, 2, 3}), ("vllm-0.30", {1, 2, 3}), ("vllm-0.29", {0, 1, 2, 3})])
+    def test_an_abort_mid_prefill_stores_the_window_tail_before_its_end(self, preset, stored, monkeypatch):
+        """K15's grids, C (40 tokens) prefilled 8 a step and aborted at 16: 0.30+ look again at
+        the final segment the abort cut short (``reconsider_final_swa_tail``) and store chunk 3,
+        which the prompt's horizon left unreachable when the cursor passed it (vLLM 0.32.0's stock
+        connector stores 1, 2 and 3, tests/vllm/test_k15_k16_block_sizes.py); without that look
+        (planted) only 1 and 2. 0.27-0.29 stored each step's frontier tail anyway."""
+        def run():
+            groups = Groups(retention=None, cpu_chunks=64, fixes=Fixes.preset(preset) if preset else None,
+                            model="nested-blocks-tiny")
+            req = groups.add("C", prompt(40))
+            groups.connector.get_num_new_matched_tokens(req, 0)
+            groups.step({"C": 8}, {"C": [[100], [1, 2]]})
+            groups.step({"C": 8}, {"C": [[101], [3, 4]]})
+            req.status = RequestStatus.FINISHED_ABORTED
+            groups.connector.request_finished(req, ((100, 101), (1, 2, 3, 4)))
+            groups.step(finished=["C"])
+            return groups.stored[("C", 1)]
+
+        assert run() == stored
+        if preset != "vllm-0.29":
+            from kvoffload.core.hybrid_stores import HybridStorePlanner
+
+            monkeypatch.setattr(HybridStorePlanner, "_final_tail", lambda self, req, g, cursor, end: None)
+            assert run() == {1, 2}
 
     def test_0_25_and_0_26_bound_a_loads_window_blocks_by_the_window(self):
         """``ReleaseRules.window_load_spare_block``: K16's bound, the window in blocks (one here),
@@ -202,7 +234,7 @@ class TestReleaseWindowRules:
         config = ConnectorConfig(block_size=4, blocks_per_chunk=1, cpu_chunks=8, model="mixed-blocks-tiny")
         bounds = {preset: connector_scheduler(config, Fixes.preset(preset)).pending_window_blocks(1)
                   for preset in PRESETS}
-        assert bounds == {"vllm-0.25": 1, "vllm-0.26": 1, "vllm-0.29": 2, "vllm-0.30": 2}
+        assert bounds == {"vllm-0.25": 1, "vllm-0.26": 1, "vllm-0.28": 2, "vllm-0.29": 2, "vllm-0.30": 2}
         assert connector_scheduler(config, Fixes()).pending_window_blocks(1) == 2
 
     @pytest.mark.parametrize("preset, answer", [(None, (8, True)), ("vllm-0.29", (None, False))])

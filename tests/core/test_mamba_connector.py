@@ -1,6 +1,6 @@
 """The reference connector and a Mamba group in align mode (core/hybrid.py, core/hybrid_stores.py):
 vLLM 0.32's rules for ``qwen3-next``, one story each (docs/hybrid.md, "The reference connector
-and Mamba"), then vLLM 0.25-0.28's block-table stores (the presets of 0.25 and 0.26).
+and Mamba"), then vLLM 0.25-0.28's block-table stores (the presets of 0.25, 0.26 and 0.28).
 
 Full attention (group 0) and Mamba (group 1), block size 4. A Mamba state block holds the
 state after every token before its boundary; the engine offers the states it cached in a step
@@ -161,17 +161,17 @@ class TestLookup:
         assert served(engine, "B", prompt(8) + prompt(6, seed=3)) == 8
 
 
-# ---- the presets of vLLM 0.25 and 0.26: MambaStores.BLOCK_TABLE (core/fixes.py) --------------
+# ---- the presets of vLLM 0.25, 0.26 and 0.28: MambaStores.BLOCK_TABLE (core/fixes.py) --------
 # vLLM 0.25-0.28 stored a Mamba group from its block table, as a window of one chunk: every chunk
 # under the watermark whose last block is not null, with every non-null block of it; the worker
 # laid a job's blocks of the group one after another from the first one's sub-block
 # (GPULoadStoreSpec's group_sizes and block_indices, cpu/gpu_worker.py's transfer_async). The
 # engine's boundary-state offers (vLLM 0.29+) are not read.
 
-OLD = ("vllm-0.25", "vllm-0.26")
+OLD = ("vllm-0.25", "vllm-0.26", "vllm-0.28")
 
 
-def test_the_presets_of_0_25_and_0_26_store_mamba_from_the_block_table_the_others_from_the_hand_off():
+def test_the_presets_up_to_0_28_store_mamba_from_the_block_table_the_others_from_the_hand_off():
     rules = {name: preset.rules.mamba_stores for name, preset in PRESETS.items()}
     assert rules == {name: MambaStores.BLOCK_TABLE if name in OLD else MambaStores.BOUNDARY_HAND_OFF
                      for name in PRESETS}

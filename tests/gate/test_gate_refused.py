@@ -1,6 +1,6 @@
 """kvoffload gate on a workload a preset refuses (``Fixes.model_refusal``, planted: every preset
-replays every bundled model today): the gate runs of qwen3-next-multi-turn-small with vllm-0.25 and
-vllm-0.26 have no numbers on either side, and the gate says so, with the reason, rather than crash
+replays every bundled model today): the gate runs of qwen3-next-multi-turn-small with vllm-0.25,
+vllm-0.26 and vllm-0.28 have no numbers on either side, and the gate says so, with the reason, rather than crash
 or drop them unsaid."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_no_preset_refuses_a_bundled_model(monkeypatch):
 def test_the_gate_refuses_exactly_the_presets_that_cannot_replay_a_mamba_group():
     refused = gate.refused_runs()
     assert sorted(refused) == [f"qwen3-next-{kind}-small/vllm-0.2{minor}"
-                               for kind in ("multi-turn", "spec-decode") for minor in (5, 6)]
+                               for kind in ("multi-turn", "spec-decode") for minor in (5, 6, 8)]
     assert all(REASON in reason for reason in refused.values())
 
 

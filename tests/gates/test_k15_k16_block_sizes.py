@@ -122,7 +122,7 @@ class TestK15SlidingWindowHorizon:
 
     @pytest.mark.parametrize("scheduling", SCHEDULINGS)
     def test_0_29_stores_the_frontiers_unreachable_chunks_and_nothing_loads_them(self, scheduling):
-        """``vllm-0.29`` (``WindowRules.EVERY_CHUNK``) stores chunks 0, 3 and 6 too: the gate's
+        """``vllm-0.29`` (``WindowRules.FRONTIER_TAILS``) stores chunks 0, 3 and 6 too: the gate's
         failure. They hold C's KV (no poisoned load) and no hit reads them: D loads the same
         chunks as with the reference, the tier slots are wasted."""
         record = self.replay(scheduling, Fixes.preset("vllm-0.29"))

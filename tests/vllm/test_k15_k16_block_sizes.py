@@ -214,7 +214,8 @@ def test_the_reference_stores_the_window_chunks_vllm_0_32_stores():
 
 def test_k15s_gate_fails_the_reference_with_the_frontier_horizon_and_with_every_chunk(monkeypatch):
     """The frontier taken for the final segment's end (0.27-0.29's horizon) planted; 0.29's preset
-    stores every window chunk (``WindowRules.EVERY_CHUNK``), 0.27-0.29's result: both fail."""
+    (``WindowRules.FRONTIER_TAILS``) stores every window chunk of this story, 0.27-0.29's result:
+    both fail."""
     from kvoffload.core.hybrid_stores import HybridStorePlanner
 
     if DENSE_RETENTION:
@@ -243,6 +244,85 @@ def test_the_presets_of_0_25_and_0_26_store_the_segments_tails_as_those_releases
     run_k15(REFERENCE, preset)
     old = PRESETS[preset]
     monkeypatch.setitem(PRESETS, preset, dataclasses.replace(
-        old, rules=dataclasses.replace(old.rules, windows=WindowRules.EVERY_CHUNK)))
+        old, rules=dataclasses.replace(old.rules, windows=WindowRules.FRONTIER_TAILS)))
     with pytest.raises(AssertionError, match=r"^window chunks \[0, 3, 6\] stored that no hit can read"):
         run_k15(REFERENCE, preset)
+
+
+@pytest.mark.parametrize("num_tokens, step", [(40, 8), (40, 12), (40, 16), (40, 24), (37, 16), (44, 20)])
+def test_the_releases_preset_stores_the_window_chunks_its_stock_connector_stores(num_tokens, step):
+    """The preset of the installed release (``releases.PRESET_OF``; the reference from 0.31)
+    submits the window chunks its stock connector submits, whatever the prefill's step: 0.27-0.29
+    take each step's frontier for a segment's end (``WindowRules.FRONTIER_TAILS``: 16 a step
+    stores 3 and 6, not 0), 0.25-0.26 only whole segments' tails, 0.30+ the reachable chunks."""
+    import vllm
+
+    from kvoffload.gates.test_k15_k16_block_sizes import window_chunks_stored_in_prefill
+    from kvoffload.releases import PRESET_OF
+
+    stock = window_chunks_stored_in_prefill(GateConnector(STOCK, None), num_tokens, step)
+    ours = window_chunks_stored_in_prefill(GateConnector(REFERENCE, PRESET_OF[vllm.__version__]), num_tokens, step)
+    assert ours == stock
+
+
+def window_chunks_stored_until_abort(kv_connector, num_tokens: int, step: int, steps: int) -> list[int]:
+    """The window chunks the connector submits for C (``num_tokens``, ``nested-blocks-tiny``)
+    prefilled ``step`` tokens a step and aborted after ``steps`` steps, its finished stores
+    included."""
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+    from vllm.v1.request import RequestStatus
+
+    from kvoffload.gates.test_k15_k16_block_sizes import NESTED, request, scheduler_alone
+
+    with scheduler_alone(kv_connector, NESTED.replace(max_num_batched_tokens=step)) as (scheduler, tier):
+        scheduler.add_request(request(scheduler, num_tokens, 4))
+        keys, submitted = tier.group_keys("C")[1], set()
+        tier.note_stores(submitted)
+        for done in range(steps + 1):
+            if done == steps:
+                scheduler.finish_requests(["C"], RequestStatus.FINISHED_ABORTED)
+            out = scheduler.schedule()
+            ids = list(out.num_scheduled_tokens)
+            scheduler.update_from_output(out, ModelRunnerOutput(
+                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=[[] for _ in ids],
+                logprobs=None, prompt_logprobs_dict={}, pooler_output=[], kv_connector_output=KVConnectorOutput()))
+        return sorted(i for i, key in enumerate(keys) if key in submitted)
+
+
+ABORTS = [(40, 8, 1), (40, 8, 2), (36, 8, 4), (40, 16, 2), (48, 20, 2), (30, 12, 2)]
+
+
+@pytest.mark.skipif(RELEASE < (0, 27, 0), reason="0.25-0.26 store an aborted request up to its tokens and die on "
+                    "assert len(offload_keys) == len(offload_block_ids) (aborted_watermark, K07)")
+@pytest.mark.parametrize("num_tokens, step, steps", ABORTS)
+def test_an_aborted_prefill_stores_the_window_chunks_its_releases_connector_stores(num_tokens, step, steps):
+    """0.30+ look again at the window tail of the segment an abort cut short
+    (``reconsider_final_swa_tail``; ``HybridStorePlanner._final_tail``): the release's preset (the
+    reference from 0.31) submits what the stock connector submits, before 0.30 too."""
+    import vllm
+
+    from kvoffload.releases import PRESET_OF
+
+    stock = window_chunks_stored_until_abort(GateConnector(STOCK, None), num_tokens, step, steps)
+    ours = window_chunks_stored_until_abort(GateConnector(REFERENCE, PRESET_OF[vllm.__version__]), num_tokens, step,
+                                            steps)
+    assert ours == stock
+
+
+@pytest.mark.skipif(RELEASE < (0, 30, 0), reason="vLLM 0.30 is the first to look again at a final window tail")
+def test_without_the_second_look_the_reference_misses_what_vllm_stores(monkeypatch):
+    """The look planted out of the reference (and, as a control, out of the stock connector:
+    ``_final_swa_alignment_blocks`` None) drops a window chunk in every abort story above but
+    the one whose abort ends a segment."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as offloading
+
+    from kvoffload.core.hybrid_stores import HybridStorePlanner
+
+    stock = [window_chunks_stored_until_abort(GateConnector(STOCK, None), *abort) for abort in ABORTS]
+    monkeypatch.setattr(HybridStorePlanner, "_final_tail", lambda self, req, g, cursor, end: None)
+    monkeypatch.setattr(offloading.OffloadingConnectorScheduler, "_final_swa_alignment_blocks", lambda self, g: None)
+    plain = [window_chunks_stored_until_abort(GateConnector(STOCK, None), *abort) for abort in ABORTS]
+    ours = [window_chunks_stored_until_abort(GateConnector(REFERENCE, None), *abort) for abort in ABORTS]
+    assert ours == plain
+    # the chunk before each abort's end (1 step of 8: chunk 0, 16: 3, 32: 6, 40: 9); 24 ends a segment
+    assert [set(full) - set(without) for without, full in zip(plain, stock)] == [{0}, {3}, {6}, {6}, {9}, set()]

@@ -237,13 +237,13 @@ def test_the_stock_worker_lays_a_groups_blocks_one_after_another_as_vllms_does()
         worker._job(7, TransferKind.STORE, gpu, CPULoadStoreSpec([10, 11, 12, 13, 14]))
 
 
-@pytest.mark.skipif(not (0, 25, 0) <= RELEASE < (0, 27, 0), reason="the presets of 0.25 and 0.26 in their releases")
+@pytest.mark.skipif(not (0, 25, 0) <= RELEASE < (0, 29, 0), reason="the presets of 0.25-0.28 in their releases")
 @pytest.mark.parametrize("scheduling", ["sync", "async"])
 def test_the_releases_preset_stores_a_mamba_group_as_its_stock_connector(scheduling):
-    """In 0.25's and 0.26's own schedulers the reference with the release's preset
-    (``MambaStores.BLOCK_TABLE``) admits, serves and finishes every request of
-    qwen3-next-multi-turn-small as the stock connector, every metric alike but the timings
-    (0.26.0 crashing at the same step, #49118): the release table's second pass."""
+    """In 0.25-0.28's own schedulers the reference with the release's preset
+    (``MambaStores.BLOCK_TABLE``: vllm-0.25, vllm-0.26, vllm-0.28) admits, serves and finishes
+    every request of qwen3-next-multi-turn-small as the stock connector, every metric alike but
+    the timings (0.26.0 crashing at the same step, #49118): the release table's second pass."""
     import vllm
 
     from kvoffload.releases import PRESET_OF

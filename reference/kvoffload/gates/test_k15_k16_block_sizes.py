@@ -132,13 +132,16 @@ def admit_over_a_stored_prompt(kv_connector, num_tokens: int) -> tuple[int, str 
         return ends[-1], None
 
 
-def window_chunks_stored_in_prefill(kv_connector, num_tokens: int) -> tuple[set[int], int]:
+def window_chunks_stored_in_prefill(kv_connector, num_tokens: int, step: int | None = None,
+                                    max_tokens: int = 2) -> tuple[set[int], int]:
     """The window chunks the connector submits for storing while C (``num_tokens``) is
-    prefilled in steps of ``NESTED.max_num_batched_tokens`` and decodes, and C's chunk count."""
+    prefilled in steps of ``step`` tokens (``NESTED.max_num_batched_tokens`` by default) and
+    decodes ``max_tokens``, and C's chunk count."""
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
-    with scheduler_alone(kv_connector, NESTED) as (scheduler, tier):
-        scheduler.add_request(request(scheduler, num_tokens))
+    engine = NESTED if step is None else NESTED.replace(max_num_batched_tokens=step)
+    with scheduler_alone(kv_connector, engine) as (scheduler, tier):
+        scheduler.add_request(request(scheduler, num_tokens, max_tokens))
         keys, submitted = tier.group_keys("C")[1], set()
         tier.note_stores(submitted)
         while "C" in scheduler.requests:

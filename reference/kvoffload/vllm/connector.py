@@ -161,13 +161,14 @@ def _check_groups(kv_cache_config, model_name: str, block_size: int, blocks_per_
 def _check_mamba_stores(model_name: str, fixes: Fixes) -> None:
     """Release rules that store a Mamba state only from the scheduler's boundary-state hand-off,
     which vLLM 0.29 added, would store none in an older scheduler and serve nothing (docs/hybrid.md,
-    "The reference connector and Mamba"); the presets of vLLM 0.25 and 0.26 store it from the
-    block table (``MambaStores.BLOCK_TABLE``) and run there."""
+    "The reference connector and Mamba"); the presets of vLLM 0.25, 0.26 and 0.28 store it from
+    the block table (``MambaStores.BLOCK_TABLE``) and run there."""
     if (model_named(model_name).has_mamba and RELEASE < (0, 29, 0)
             and fixes.rules.mamba_stores is MambaStores.BOUNDARY_HAND_OFF):
         raise ConfigError(f"KVOffloadConnector: model {model_name!r}: vLLM {'.'.join(map(str, RELEASE))}'s scheduler "
                           "hands a connector no Mamba boundary states (vLLM 0.29+), and these release rules store a "
-                          "Mamba state only from them (a preset of vLLM 0.25 or 0.26 stores it from the block table)")
+                          "Mamba state only from them (the presets of vLLM 0.25, 0.26 and 0.28 store it from the block "
+                          "table)")
 
 
 def eagle_drafts(vllm_config) -> int:
