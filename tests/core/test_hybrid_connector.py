@@ -173,7 +173,7 @@ class TestReleaseWindowRules:
         groups.prefill_and_finish("A", prompt(20), first_block=1)
         assert groups.stored[("A", 1)] == {0, 1, 2, 3, 4}
 
-    @pytest.mark.parametrize("preset", ["vllm-0.25", "vllm-0.26", "vllm-0.29"])
+    @pytest.mark.parametrize("preset", ["vllm-0.25", "vllm-0.26", "vllm-0.28", "vllm-0.29"])
     def test_with_one_block_size_every_preset_up_to_0_29_stores_every_window_chunk(self, preset):
         """0.25-0.26's segment tails (``WindowRules.SEGMENT_TAILS``) need a window group of smaller
         chunks than full attention's: with one block size there is no segment, as in vLLM."""

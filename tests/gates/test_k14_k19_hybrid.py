@@ -216,15 +216,15 @@ class TestK17DrafterGroupsOnHybrids:
 
     @pytest.mark.parametrize("preset", MAMBA_PRESETS)
     def test_the_presets_fail_as_their_releases(self, preset):
-        """vllm-0.25, 0.26 and 0.29 take every group for a drafter's and serve 0, as 0.25.0-0.28.0
-        do in vLLM's scheduler (0.29.0 serves 0 for a reason of its own too, docs/hybrid.md);
+        """vllm-0.25, 0.26, 0.28 and 0.29 take every group for a drafter's and serve 0, as
+        0.25.0-0.28.0 do in vLLM's scheduler (0.29.0 serves 0 for a reason of its own too, docs/hybrid.md);
         vllm-0.30 serves 48."""
         record = self.replay("sync", Fixes.preset(preset))
         assert_healthy(record)
         served = 0 if PRESETS[preset].rules.unflagged_groups_draft else 48
         assert record.connector_hit_tokens_admitted == served
         assert {name for name, p in PRESETS.items() if p.rules.unflagged_groups_draft} == \
-            {"vllm-0.25", "vllm-0.26", "vllm-0.29"}
+            {"vllm-0.25", "vllm-0.26", "vllm-0.28", "vllm-0.29"}
 
 
 class OptedInScheduler(HybridConnectorScheduler):

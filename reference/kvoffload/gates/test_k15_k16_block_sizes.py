@@ -25,7 +25,7 @@ WINDOW_BLOCK = MIXED.block_size  # the window group's block: the engine's block 
 # Prompts over one period of both block grids (their lcm, 12) and a window beyond it.
 PROMPTS = range(8, 24)
 NEEDS_A_KNOWN_TIER = ("needs the scheduler side of vLLM's stock connector or of the reference: the story reads and "
-                      "fills its CPU manager (the replay's worker copies one block size for every group)")
+                      "fills its CPU manager, as a finished store would")
 
 
 class Tier:
