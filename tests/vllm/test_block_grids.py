@@ -25,7 +25,7 @@ from kvoffload.engine.live import LiveRequest  # noqa: E402
 from kvoffload.engine.requests import RequestSpec  # noqa: E402
 from kvoffload.gates.plugin import GateConnector  # noqa: E402
 from kvoffload.gates.story import tokens  # noqa: E402
-from kvoffload.gates.test_k15_k16_block_sizes import MIXED, NESTED, scheduler_alone  # noqa: E402
+from kvoffload.gates.test_k15_k16_block_sizes import MIXED, NESTED, run_to_finish, scheduler_alone  # noqa: E402
 from kvoffload.vllm.build import STOCK, ConnectorLoad  # noqa: E402
 from kvoffload.vllm.pinned import call_pinned  # noqa: E402
 
@@ -66,18 +66,11 @@ def in_vllm(engine, first, second) -> tuple[list[list[int]], int, int]:
     """A run to its end in vLLM's scheduler: the indices of A's blocks each group caches, and
     the tokens B's lookup finds and its shared-prefix junction (``get_computed_blocks``)."""
     from vllm.v1.core.kv_cache_utils import BlockHashListWithBlockSize
-    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 
     with scheduler_alone(GateConnector(STOCK, None), engine) as (scheduler, _):
         a = vllm_request(scheduler, "A", first)
         scheduler.add_request(a)
-        while "A" in scheduler.requests:
-            out = scheduler.schedule()
-            ids = list(out.num_scheduled_tokens)
-            sampled = [[] if scheduler.requests[r].is_prefill_chunk else [7] for r in ids]
-            scheduler.update_from_output(out, ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled,
-                logprobs=None, prompt_logprobs_dict={}, pooler_output=[], kv_connector_output=KVConnectorOutput()))
+        run_to_finish(scheduler, "A")
         manager = scheduler.kv_cache_manager
         pool, hashed = manager.block_pool, manager.coordinator.hash_block_size
         cached = []

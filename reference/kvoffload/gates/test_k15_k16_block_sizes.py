@@ -132,25 +132,31 @@ def admit_over_a_stored_prompt(kv_connector, num_tokens: int) -> tuple[int, str 
         return ends[-1], None
 
 
+def run_to_finish(scheduler, req_id: str) -> None:
+    """Schedule until ``req_id`` finishes, no worker: each step's output samples token 7 for every
+    request past its prefill, and the connector reports nothing."""
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
+
+    while req_id in scheduler.requests:
+        out = scheduler.schedule()
+        ids = list(out.num_scheduled_tokens)
+        sampled = [[] if scheduler.requests[r].is_prefill_chunk else [7] for r in ids]
+        scheduler.update_from_output(out, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled,
+            logprobs=None, prompt_logprobs_dict={}, pooler_output=[], kv_connector_output=KVConnectorOutput()))
+
+
 def window_chunks_stored_in_prefill(kv_connector, num_tokens: int, step: int | None = None,
                                     max_tokens: int = 2) -> tuple[set[int], int]:
     """The window chunks the connector submits for storing while C (``num_tokens``) is
     prefilled in steps of ``step`` tokens (``NESTED.max_num_batched_tokens`` by default) and
     decodes ``max_tokens``, and C's chunk count."""
-    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
-
     engine = NESTED if step is None else NESTED.replace(max_num_batched_tokens=step)
     with scheduler_alone(kv_connector, engine) as (scheduler, tier):
         scheduler.add_request(request(scheduler, num_tokens, max_tokens))
         keys, submitted = tier.group_keys("C")[1], set()
         tier.note_stores(submitted)
-        while "C" in scheduler.requests:
-            out = scheduler.schedule()
-            ids = list(out.num_scheduled_tokens)
-            sampled = [[] if scheduler.requests[r].is_prefill_chunk else [7] for r in ids]
-            scheduler.update_from_output(out, ModelRunnerOutput(
-                req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)}, sampled_token_ids=sampled,
-                logprobs=None, prompt_logprobs_dict={}, pooler_output=[], kv_connector_output=KVConnectorOutput()))
+        run_to_finish(scheduler, "C")
         return {i for i, key in enumerate(keys) if key in submitted}, len(keys)
 
 
