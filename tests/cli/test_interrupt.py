@@ -168,3 +168,33 @@ def running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# A Ctrl-C after the command wrote to a stdout that can no longer take it: the disk is full
+# (/dev/full) or a library closed the stream. The exit still flushes what it can, and says
+# "interrupted" once, with 130, not a traceback from the flush.
+STDOUT_GONE_AT_CTRL_C = """
+import sys
+import kvoffload.cli.info as info
+from kvoffload.cli import main
+
+def work(args):
+    print("the first rows of a table")  # held in stdout's buffer: stdout is not a terminal
+    if sys.argv[1] == "closed":
+        sys.stdout.close()
+    raise KeyboardInterrupt
+
+info._cmd_fixes = work
+sys.argv = ["kvoffload", "fixes"]
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("stdout", ["full", "closed"])
+def test_a_ctrl_c_with_stdout_full_or_closed_still_ends_with_130_and_one_line(stdout, tmp_path):
+    (tmp_path / "story.py").write_text(STDOUT_GONE_AT_CTRL_C)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the row stays in the buffer
+    with open("/dev/full" if stdout == "full" else os.devnull, "w") as out:
+        done = subprocess.run([sys.executable, "-m", "story", stdout], cwd=tmp_path, stdout=out, env=env,
+                              stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=default_ctrl_c)
+    assert (done.returncode, done.stderr) == (130, "kvoffload: interrupted\n")
