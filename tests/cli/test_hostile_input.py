@@ -121,3 +121,17 @@ def test_a_long_gap_is_accepted_not_rejected(tmp_path):
     mooncake({"timestamp": 10**10})(tmp_path)
     workload = load_workload(f"mooncake:{tmp_path}/trace.jsonl")
     assert [spec.arrival_step for spec in workload.requests] == [0, 10**10 // 20]
+
+
+def test_an_error_line_shows_a_value_up_to_the_longest_word_whole_and_cuts_a_longer_one():
+    """A path or --set value of LONGEST_WORD characters is echoed whole; one character more and
+    its middle is cut, its start, its length and its end still shown (app.shorten)."""
+    from kvoffload.cli.app import LONGEST_WORD, shorten
+
+    whole = "a" + "9" * (LONGEST_WORD - 2) + "z"
+    assert shorten(f"--set seed: got {whole} here") == f"--set seed: got {whole} here"
+    longer = "a" + "9" * (LONGEST_WORD - 1) + "z"
+    message = f"--set seed: got {longer} here"
+    cut = shorten(message)
+    assert cut.startswith("--set seed: got a999") and cut.endswith("999z here")
+    assert f"...({LONGEST_WORD + 1:,} characters)..." in cut and len(cut) < len(message)
