@@ -240,3 +240,78 @@ def test_runs_of_two_releases_merge_one_at_a_time(tmp_path):
         assert not entered.wait(0.3)  # held by the first run
     assert entered.wait(5)
     thread.join()
+
+
+def release_venv(folder: Path, code: str) -> None:
+    """0.29.0's venv under ``folder``, its python running ``code`` (argv: ``-m``, the module, the jobs)."""
+    venv = folder / venv_name("0.29.0") / "bin"
+    venv.mkdir(parents=True)
+    (folder / "release.py").write_text(code)
+    (venv / "python").write_text(f"#!/bin/sh\nexec {sys.executable} {folder / 'release.py'} \"$@\"\n")
+    os.chmod(venv / "python", 0o755)
+
+
+class Clock:
+    """``time`` for the command: each reading 10.5 s after the one before."""
+
+    def __init__(self):
+        self.readings = []
+
+    def perf_counter(self) -> float:
+        self.readings.append(1000.0 + 10.5 * len(self.readings))
+        return self.readings[-1]
+
+
+def test_the_run_reports_its_time_and_the_table_the_sum_of_its_entries_to_a_tenth(capsys, tmp_path, monkeypatch):
+    """The closing line gives the run's wall time (its first clock reading to its last); the
+    table's ``seconds`` is the sum of its entries', to a tenth, an earlier entry measured to the
+    hundredth (a table from another tool) included."""
+    row = {"release": "0.29.0", "workload": "multi-turn-small", "scheduling": "sync", "metrics": {"crashes": 0},
+           "error": None, "leaked": [], "stuck": [], "first_admission": {"r0": [0, 16]}}
+    release_venv(tmp_path, f"print({json.dumps(json.dumps(row))})\n")
+    clock = Clock()
+    monkeypatch.setattr(releases_cli, "time", clock)
+    monkeypatch.setattr(releases_cli, "CHECKOUT", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "t.json"
+    out.write_text(json.dumps({"schema": "kvoffload-bench/releases/v1", "releases": [
+        {"release": "0.25.0", "preset": "vllm-0.25", "seconds": 2.23, "rows": []}]}))
+    assert main(["releases", "--release", "0.29.0", "--workload", "multi-turn-small", "--scheduling", "sync",
+                 "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert f"1 releases x 1 replays in {clock.readings[-1] - clock.readings[0]:.0f} s;" in stdout
+    table = json.loads(out.read_text())
+    measured = table["releases"][1]["seconds"]
+    assert measured > 0 and table["seconds"] == round(2.23 + measured, 1)
+
+
+def test_a_release_that_dies_is_named_with_the_last_line_it_printed(capsys, tmp_path, monkeypatch):
+    """What a dying process prints last is why it died (a traceback's last line); the jobs it was
+    given are the small workloads in both schedulings unless --full asks for the others too."""
+    release_venv(tmp_path, "import sys\nprint('loading vLLM', file=sys.stderr)\n"
+                           "print('jobs:', *sys.argv[3:], file=sys.stderr)\nsys.exit(3)\n")
+    monkeypatch.setattr(releases_cli, "CHECKOUT", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["releases", "--release", "0.29.0", "--out", str(tmp_path / "t.json")]) == 2
+    err = capsys.readouterr().err
+    jobs = " ".join(f"{w}:{s}" for w in releases_cli.SMALL_WORKLOADS for s in releases_cli.SCHEDULINGS)
+    assert err.startswith("kvoffload: error: vLLM 0.29.0: ") and err.count("\n") == 1, err
+    assert err.endswith(f"{venv_name('0.29.0')}/bin/python exited 3: jobs: {jobs}\n"), err
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_a_table_nested_past_the_parsers_depth_is_refused_with_its_reason_cut_short(capsys, tmp_path):
+    """The parser's own reason (a RecursionError's, longer than 80 characters), cut to 80: the line
+    stays short, the table is not replaced."""
+    out = tmp_path / "t.json"
+    text = '{"schema": "kvoffload-bench/releases/v1", "releases": ' + "[" * 100_000
+    out.write_text(text)
+    try:
+        json.loads(text)
+    except RecursionError as error:
+        reason = str(error)
+    assert len(reason) > 80
+    assert main(["releases", "--release", "0.29.0", "--workload", "multi-turn-small", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"kvoffload: error: --out {out}: not a release table (not JSON: {reason[:80]})\n"
+    assert out.read_text() == text
