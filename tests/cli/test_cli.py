@@ -188,3 +188,23 @@ def test_bench_small_keeps_its_own_summary(capsys, tmp_path, monkeypatch):
     assert json.loads((tmp_path / "bench-summary.json").read_text()) == {"full": True}
     summary = json.loads((tmp_path / "bench-summary-small.json").read_text())
     assert len(summary["rows"]) == len(list(tmp_path.glob("bench-*-small-*.json")))
+
+
+def test_the_oracle_line_counts_the_requests_it_could_not_compare_and_only_those():
+    """Under a real-model run's table: the oracle's verdict, with how many requests had no
+    offload-off twin to compare with (said only when some had none) and the first mismatch."""
+    from kvoffload.cli.run import oracle_line
+    from kvoffload.vllm.outputs import RequestOutcome, compare_outputs
+
+    baseline = {r: RequestOutcome(r, (1, 2, 3), [7, 8], [-0.5, -0.25]) for r in ("a", "b")}
+    run = {"a": RequestOutcome("a", (1, 2, 3), [7, 8], [-0.5, -0.25]),
+           "b": RequestOutcome("b", (1, 2, 3), [7, 9], [-0.5, -0.25]),
+           "c": RequestOutcome("c", (1, 2, 3), [7, 8], [-0.5, -0.25])}  # absent from the offload-off run
+    every = compare_outputs(run, baseline, tokens_per_chunk=16, tolerance=1e-3).as_dict()
+    head, mismatch = oracle_line(every).split("\n")
+    assert head.startswith("output oracle: 1 of 2 requests identical") and head.endswith("; 1 not compared")
+    assert mismatch == "first mismatch: request b: output position 1 (sequence position 4) has token 9 instead of 8; " \
+                       "no chunk loaded for it"
+    del run["c"]
+    line = oracle_line(compare_outputs(run, baseline, tokens_per_chunk=16, tolerance=1e-3).as_dict())
+    assert "not compared" not in line and line.split("\n")[0] == head.removesuffix("; 1 not compared")
