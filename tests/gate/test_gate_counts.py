@@ -115,3 +115,16 @@ def test_the_count_environment_is_asked_of_valgrind_only_where_it_is(monkeypatch
     assert gate_counts.environment() == ENVIRONMENT
     monkeypatch.setattr(counts, "available", lambda: False)
     assert gate_counts.environment() == {}
+
+
+@pytest.mark.parametrize("argv", [["multi-turn-small", "x"], ["--", "multi-turn-small", "x"], ["--"]],
+                         ids=["no --", "two subjects", "no subject"])
+def test_the_counted_child_given_other_arguments_prints_its_usage_and_counts_nothing(argv, tmp_path):
+    """``python -m kvoffload.counts`` is valgrind's child: run with other arguments than ``--``
+    and one subject, it says how it is run (exit 2) instead of replaying something else."""
+    env = {**os.environ, "KVOFFLOAD_COUNT_MODE": "replay",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "reference"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "kvoffload.counts", *argv], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("usage: KVOFFLOAD_COUNT_MODE=connector|replay python -m kvoffload.counts --")
