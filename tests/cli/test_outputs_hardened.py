@@ -89,3 +89,22 @@ def test_an_empty_file_and_a_result_of_the_same_kind_are_replaced(tmp_path, caps
     assert main(args) == 0, capsys.readouterr().err
     assert main(args) == 0, capsys.readouterr().err
     assert json.loads((tmp_path / "r.json").read_text())["workload"]["name"] == "multi-turn-small"
+
+
+def test_a_folders_clean_up_by_name_prefix_removes_only_the_left_overs_of_names_so_begun(tmp_path):
+    """A report cleans its folder by the prefixes of the names it writes (``chart-``): the
+    left-overs of ``chart-a.png`` go; those of ``chart.png`` and ``index.html``, whose names do not
+    begin with ``chart-``, stay, as does a live writer's."""
+    for name in (".chart-a.png.abcd1234.tmp", ".chart-.abcd1234.tmp", ".chart.png.abcd1234.tmp",
+                 ".chart_x.abcd1234.tmp", ".index.html.abcd1234.tmp"):
+        (tmp_path / name).write_text("")
+    live = stopped_writer(tmp_path / "chart-b.png")
+    try:
+        (held,) = [name for name in temporaries(tmp_path) if name.startswith(".chart-b.png.")]
+        assert sorted(remove_left_overs(tmp_path, ("chart-",), prefix=True)) == [".chart-.abcd1234.tmp",
+                                                                                ".chart-a.png.abcd1234.tmp"]
+    finally:
+        live.kill()
+        live.wait(timeout=60)
+    assert temporaries(tmp_path) == sorted([held, ".chart.png.abcd1234.tmp", ".chart_x.abcd1234.tmp",
+                                            ".index.html.abcd1234.tmp"])
