@@ -206,3 +206,26 @@ def test_a_cell_that_swallows_the_stop_still_ends_by_the_unwind_alarm():
                           timeout=30)  # without the bound: "ran on" after 60 s, past this
     assert done.returncode == -signal.SIGALRM, done.stderr  # sweep_workers.UNWIND_SECONDS after the stop
     assert done.stdout == ""
+
+
+# A worker's start, alone: which of its two ties to the sweep it set up. PR_GET_PDEATHSIG is 2
+# (linux/prctl.h); the platform is played where the story is "elsewhere".
+WORKER_START = """
+import ctypes, os, sys, threading
+from kvoffload import sweep_workers
+sys.platform = sys.argv[1]
+sweep_workers.start(os.getppid())
+death_signal = ctypes.c_int(-1)
+assert ctypes.CDLL(None, use_errno=True).prctl(2, ctypes.byref(death_signal), 0, 0, 0) == 0
+print(death_signal.value, *sorted(thread.name for thread in threading.enumerate()))
+"""
+
+
+@pytest.mark.parametrize("platform, tie", [("linux", f"{int(signal.SIGTERM)} MainThread"),
+                                           ("darwin", "0 MainThread parent-watch")])
+def test_a_worker_is_tied_to_the_sweep_by_the_kernel_on_linux_and_by_a_watch_elsewhere(platform, tie):
+    """On Linux the kernel sends a worker SIGTERM when the sweep dies (PR_SET_PDEATHSIG), with no
+    thread polling; where there is no prctl, the watch thread that polls the parent's id."""
+    done = subprocess.run([sys.executable, "-c", WORKER_START, platform], capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, tie), done.stderr
