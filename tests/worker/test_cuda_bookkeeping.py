@@ -124,3 +124,17 @@ def test_wait_synchronizes_known_ids_and_counts_the_rest(handler, jobs):
     assert handler.stats().unknown_wait_ids == 1
     handler.wait([store.job_id])
     assert handler.stats().already_done_wait_ids == 1
+
+
+def test_a_drain_synchronizes_the_last_transfer_of_each_busy_direction(handler, jobs):
+    """``wait_all`` (and so ``shutdown``) waits for each direction's newest transfer, which ends
+    after the ones before it on that FIFO; a direction with nothing in flight is passed over."""
+    first, second = jobs.store([1], chunk_slots=[0]), jobs.store([2], chunk_slots=[1])
+    handler.submit_store(first)
+    handler.submit_store(second)
+    handler.wait_all()  # no load in flight
+    assert [handler._by_job[j.job_id].end.done for j in (first, second)] == [False, True]
+    load = jobs.load([3], chunk_slots=[5])
+    handler.submit_load(load)
+    handler.shutdown()
+    assert handler._by_job[load.job_id].end.done
