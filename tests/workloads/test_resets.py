@@ -82,3 +82,18 @@ def test_the_bundled_workload_holds_every_situation_it_is_for(name):
     assert all(spec.num_prompt_tokens > engine.max_num_batched_tokens for spec in workload.requests)  # 2+ steps
     assert engine.scheduling == "async" and engine.store_completion_steps == 8
     assert len(workload.reset_cache_at) >= 2
+
+
+def test_a_reset_list_as_long_as_usage_md_allows_is_read_and_one_step_more_refused(tmp_path):
+    """docs/usage.md ("Exit codes and bad input") bounds a hand-written [resets] list: a list of
+    that many steps is read, one of a step more is refused in one line naming the bound."""
+    import re
+    from pathlib import Path
+
+    usage = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text()
+    (bound,) = re.findall(r"at most ([\d,]+) scripted cache resets", usage.replace("\n  ", " "))
+    most = int(bound.replace(",", ""))
+    workload = load_workload(write(tmp_path, DEFINITION + f"\n[resets]\nat_steps = {list(range(1, most + 1))}\n"))
+    assert len(workload.reset_cache_at) == most
+    with pytest.raises(WorkloadError, match=f"resets.at_steps: expected an increasing list of at most {bound} "):
+        load_workload(write(tmp_path, DEFINITION + f"\n[resets]\nat_steps = {list(range(1, most + 2))}\n"))
