@@ -94,3 +94,27 @@ class TestValidation:
             parse(value)
         assert str(caught.value).startswith(message)
         assert "\n" not in str(caught.value)
+
+
+class Uniforms:
+    """An rng that hands out the given uniforms in order, counting them."""
+
+    def __init__(self, *values: float) -> None:
+        self.values, self.used = list(values), 0
+
+    def random(self) -> float:
+        self.used += 1
+        return self.values.pop(0)
+
+
+@pytest.mark.parametrize("mean", [30.0, 100.0, 1000.0])
+def test_a_poisson_tail_point_under_the_pmf_in_the_narrow_strip_is_accepted(mean):
+    """PTRS's quick rejection in the strip next to the hat's edges (us < 0.013, Hörmann 1993 step
+    3a) turns away only points above the line v = us; one below it goes to the exact test, which
+    takes a point far enough under the pmf (v = 1e-7 here: a draw well out in the right tail, on
+    the first pair of uniforms) and refuses one above it (v = 1e-3: the next pair, at the mode)."""
+    tail = Uniforms(0.988, 1e-7, 0.5, 0.5)  # u = 0.488: us = 0.012
+    drawn = poisson_variate(tail, mean)
+    assert tail.used == 2 and drawn > mean + 5 * mean ** 0.5
+    above = Uniforms(0.988, 1e-3, 0.5, 0.5)
+    assert poisson_variate(above, mean) == int(mean) and above.used == 4
