@@ -82,9 +82,10 @@ def test_a_synthetic_workload_is_rejected_while_generated_and_auto_sizes_it_afte
     assert workload.engine.gpu_blocks == -(-longest // workload.engine.block_size) + 1 > 8
 
 
-# the largest binary unit at a size this machine holds: 2**-10 TiB is 1 GiB
+# the largest units at a size this machine holds: 2**-10 TiB is 1 GiB, 0.0015 TB is 1.5 GB
 @pytest.mark.parametrize("size, num_bytes", [("1GiB", 2**30), ("3.5 GB", 3_500_000_000), ("64MiB", 2**26),
-                                             ("0.0009765625 TiB", 2**30)])
+                                             ("0.0009765625 TiB", 2**30), ("0.0015 TB", 1_500_000_000),
+                                             ("1500000 kB", 1_500_000_000), ("1572864KiB", 1_610_612_736)])
 def test_cpu_chunks_in_bytes_hold_that_much_kv_at_the_profiles_width(size, num_bytes):
     workload = load_workload("multi-turn-small", {"cpu_chunks": size})
     engine = workload.engine
@@ -123,9 +124,15 @@ def test_a_bad_tier_size_is_one_line_naming_the_forms(text, problem):
     assert str(error.value) == f"--set cpu_chunks={text}: {problem}"
 
 
-def test_a_size_smaller_than_one_chunk_is_rejected():
-    with pytest.raises(WorkloadError, match=r"^--set cpu_chunks: 1000 bytes hold no chunk of 4194304 bytes"):
+def test_a_size_smaller_than_one_chunk_is_rejected_naming_what_a_chunk_holds():
+    """The line says what a chunk is: its tokens times the profile's KV bytes per token."""
+    engine = load_workload("multi-turn-small").engine
+    per_token = profile(engine.profile).kv_bytes_per_token
+    chunk = engine.tokens_per_chunk * per_token
+    with pytest.raises(WorkloadError) as error:
         load_workload("multi-turn-small", {"cpu_chunks": "1000B"})
+    assert str(error.value) == (f"--set cpu_chunks: 1000 bytes hold no chunk of {chunk} bytes ({engine.tokens_per_chunk} "
+                                f"tokens x {per_token} bytes of KV per token, profile {engine.profile})")
 
 
 def test_the_command_line_rejects_an_oversized_trace_in_one_line_with_exit_2(tmp_path):
