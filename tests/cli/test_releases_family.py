@@ -36,3 +36,20 @@ def test_the_markdown_has_releases_down_and_connectors_across():
     lines = matrix_markdown(rows).splitlines()
     assert lines[0] == "| release | workload | sched | stock | simple-cpu |"
     assert lines[2].startswith("| 0.32.0 | multi-turn-small | sync | last-blk 1.000") and "last-blk 0.500" in lines[2]
+
+
+def test_the_earlier_matrix_is_read_back_and_anything_else_in_its_place_is_no_rows(tmp_path):
+    """A run keeps the cells an earlier run wrote to --out; a missing file, text that is not
+    JSON, a table of another kind or a JSON list there gives no earlier cells (and no traceback)."""
+    import json
+
+    from kvoffload.cli.releases_family import SCHEMA, earlier
+
+    out = tmp_path / "matrix.json"
+    cells = [cell(row(), "stock", "abc", 1.0)]
+    assert earlier(out) == []
+    out.write_text(json.dumps({"schema": SCHEMA, "rows": cells}))
+    assert earlier(out) == cells
+    for text in ("{", json.dumps({"schema": "kvoffload-bench/releases/v1", "rows": cells}), json.dumps(cells)):
+        out.write_text(text)
+        assert earlier(out) == []
