@@ -257,3 +257,26 @@ class TestReleaseWindowRules:
 def test_the_dense_model_keeps_the_single_group_connector():
     config = ConnectorConfig(model="dense")
     assert not isinstance(connector_scheduler(config), HybridConnectorScheduler)
+
+
+@pytest.mark.parametrize("workload", ["qwen3-next-multi-turn-small", "gpt-oss-multi-turn-small"])
+def test_the_stats_count_each_store_job_and_each_chunk_it_hands_over_once(workload):
+    """The result's ``connector_stats`` on a hybrid model: ``store_jobs`` is the store jobs the
+    connector built (a Mamba state's own included), ``chunks_stored`` the chunks they carry."""
+    from kvoffload.choice import ConnectorChoice
+    from kvoffload.engine.engine import Engine
+    from kvoffload.workloads import load_workload
+
+    loaded = load_workload(workload)
+    engine = Engine(loaded.requests, loaded.engine, ConnectorChoice.build().fixes)
+    built, stores = engine.connector.build_connector_meta, []
+
+    def tapped(out):
+        plan = built(out)
+        stores.extend(plan.store_jobs)
+        return plan
+
+    engine.connector.build_connector_meta = tapped
+    stats = engine.run().connector_stats
+    assert stores and (stats["store_jobs"], stats["chunks_stored"]) == (len(stores),
+                                                                       sum(len(job.chunk_slots) for job in stores))
