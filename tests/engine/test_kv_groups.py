@@ -157,3 +157,17 @@ def test_groups_of_their_own_block_sizes_are_served_and_their_limits_refused_in_
     for group in ({"kind": GroupKind.MAMBA, "block_size": 4}, {"kind": GroupKind.FULL_ATTENTION, "block_size": -1}):
         with pytest.raises(ConfigError, match="block size of its own for attention groups only"):
             KVCacheGroup(**group)
+
+
+def test_a_window_of_any_positive_length_belongs_to_a_sliding_window_group_and_only_there():
+    """A window is a positive number of tokens, one token included; a sliding-window group
+    without one, or another kind of group with one, is refused in one line."""
+    from kvoffload.core.types import ConfigError
+
+    for tokens in (1, 2, 4, 128):
+        assert KVCacheGroup(GroupKind.SLIDING_WINDOW, sliding_window=tokens).label.endswith(f" {tokens}")
+    for kind, tokens in ((GroupKind.SLIDING_WINDOW, 0), (GroupKind.SLIDING_WINDOW, -4),
+                         (GroupKind.FULL_ATTENTION, 1), (GroupKind.MAMBA, 1), (GroupKind.FULL_ATTENTION, 8)):
+        with pytest.raises(ConfigError, match=f"group has sliding_window={tokens}: a window \\(in tokens\\) exactly "
+                                              "for sliding-window groups$"):
+            KVCacheGroup(kind, sliding_window=tokens)
