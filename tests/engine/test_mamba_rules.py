@@ -225,6 +225,26 @@ class TestRowBookkeeping:
         grown = rows.allocate("A", table, 20)
         assert first == [0, table[1]] and grown == [0, 0, table[4]] and table == first + grown
 
+    def test_a_request_admitted_on_a_cached_state_lets_the_hits_block_go_once_past_it(self):
+        """The engine's calls for a request whose prompt hit a cached state at 8 tokens (blocks of 4):
+        the admission's allocation leaves the hit's row as it is, the first chunk (to 20) remembers
+        the hit's block as the previous state, the next (to 23) its own; once 20 tokens are
+        processed, remove_skipped_blocks walks the row below them and hands the hit's block back,
+        though no longer the remembered one. The row then holds its two running states."""
+        pool = BlockPool(16, 4)
+        rows = MambaRows(1, pool, 4)
+        (hit,) = pool.allocate(1)
+        table = [NULL_BLOCK, hit]
+        assert rows.allocate("B", table, 8) == []
+        rows.remove_skipped("B", table, 0)
+        rows.allocate("B", table, 20)
+        rows.remove_skipped("B", table, 8)
+        rows.allocate("B", table, 23)
+        assert hit in table and rows.last_state_index == {"B": 4}
+        rows.remove_skipped("B", table, 20)
+        assert hit not in table and [block != NULL_BLOCK for block in table] == [False] * 4 + [True, True]
+        assert pool.num_free == pool.num_blocks - 1 - 2  # the null block and the two running states
+
 
 class TestTheConnectorGetsTheStates:
     @pytest.mark.parametrize("scheduling", ["sync", "async"])
