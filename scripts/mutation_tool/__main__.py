@@ -4,7 +4,7 @@ test selection, then the rest of CI against the survivors.
     .venv/bin/python scripts/mutation_tool prepare [--sample N]   # snapshot, generate, sample
     .venv/bin/python scripts/mutation_tool baseline                # each selection passes unmutated
     .venv/bin/python scripts/mutation_tool exec                    # cosmic-ray exec, one session a module
-    .venv/bin/python scripts/mutation_tool stage main|gate|vllm [--refresh-tests]
+    .venv/bin/python scripts/mutation_tool stage main|gate|vllm|packaged [--refresh-tests]
     .venv/bin/python scripts/mutation_tool report                  # results/mutation/tool/
 
 Why cosmic-ray (docs/mutation.md): one session per module, each with its own test command, is
@@ -234,6 +234,8 @@ def stage_command(stage: str, row: dict, first: tuple[str, ...] = (), within: tu
                                "-m", "not vllm"))
     if stage == "gate":
         return [PYTHON, "-m", "kvoffload.cli", "gate"]
+    if stage == "packaged":  # CI's last step: the packaged gates against stock and the reference
+        return [str(TREE / "scripts" / "packaged-gates"), str(Path(VLLM_PYTHON).parents[1])]
     return [VLLM_PYTHON, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--no-header", "-m", CI_VLLM_MARKS,
             "tests/vllm"]
 

@@ -10,9 +10,11 @@ import sqlite3
 from places import WORK
 from targets import TESTS_OF
 
-# The rest of CI, in its order; then "new": the module's selected tests again, with the tests
-# written for the survivors (--refresh-tests), which is how a survivor is killed by a new test.
-STAGES = ("main", "gate", "vllm", "new")
+# The rest of CI, in its order (.ci/run: the main suite, the regression gate, the vLLM stage and
+# the packaged gates against stock and the reference); then "new": the module's selected tests
+# again, with the tests written for the survivors (--refresh-tests), which is how a survivor is
+# killed by a new test.
+STAGES = ("main", "gate", "vllm", "packaged", "new")
 
 
 def session_name(module: str) -> str:
