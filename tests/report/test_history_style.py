@@ -1,7 +1,8 @@
 """The history chart's drawing rules on hand-made points: a figure as wide as its panels and the
 key, counts and rates on axes from 0, human units, each line's colour and layer, gaps bridged only
 where a commit has no result (a long line too), spread bars where asv kept quartiles, one hover
-box per commit edge to edge, an arrow naming the way a commit moved its panel's lines."""
+box per commit edge to edge, an arrow naming the way a commit moved its panel's lines, centred
+over that commit."""
 
 from __future__ import annotations
 
@@ -133,3 +134,19 @@ def test_a_single_sample_with_quartiles_still_measured_no_spread():
     """asv writes quartiles even of one sample (all equal): no spread was measured there."""
     assert one_sample([point("0" * 40, 1.0, spread=(1.0, 1.0), samples=1)])
     assert not one_sample([point("0" * 40, 1.0, spread=(0.9, 1.1), samples=9)])
+
+
+def test_a_commits_arrow_stands_centred_over_its_slot(monkeypatch, tmp_path):
+    """The arrow and short id name the commit under them: centred on its slot (the newest commit's,
+    at the panel's right edge, ends there instead)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    main = line_of(4)
+    _, fig = drawn([point(c.commit, v) for c, v in zip(main, (0.5, 0.75, 0.75, 0.75))], main, monkeypatch, tmp_path)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    [ax] = visible(fig)
+    [arrow] = ax.texts
+    assert arrow.get_text() == f"↑{main[1].commit[:7]}"
+    box = arrow.get_window_extent(renderer)
+    assert (box.x0 + box.x1) / 2 == pytest.approx(ax.transData.transform((1, 0))[0], abs=0.5)
