@@ -1,6 +1,6 @@
 """The fake forward's KV content (kvoffload/vllm/model.py) on hand-made layouts of one buffer (no
-vLLM needed): where each slot's fingerprint and each Mamba state lives in every layer, what a forward writes past its
-script, and that a rejected draft never writes a prefix that happened."""
+vLLM needed): where each slot's fingerprint and each Mamba state lives in every layer, what a
+forward writes past its script, and that a rejected draft never writes a prefix that happened."""
 
 from __future__ import annotations
 
