@@ -1,9 +1,8 @@
 """The CPU stand-ins for SimpleCPUOffloadConnector's GPU calls (``kvoffload.vllm.standins``), in
 the stories its worker relies on beyond one stream and one step (tests/worker/test_standins.py
 has those): a copy ordered after another stream's event waits for it, a slower copy engine
-completes later, and a DMA far past its region is refused as one just past it is.
-
-The stand-ins import torch only; marked ``vllm`` because they exist for vLLM's connector."""
+completes later, and a DMA far past its region is refused as one just past it is. No vLLM
+needed: the stand-ins import torch only."""
 
 from __future__ import annotations
 
@@ -12,8 +11,6 @@ import torch
 
 from kvoffload.vllm.standins import dma, streams
 from kvoffload.vllm.standins.timeline import CopyTimeline, active
-
-pytestmark = pytest.mark.vllm
 
 NUM_BLOCKS, BLOCK_BYTES = 8, 16
 
