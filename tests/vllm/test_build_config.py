@@ -31,3 +31,20 @@ def test_a_connector_module_that_does_not_import_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match=r"^cannot load connector 'Missing' from no_such_module_of_kvoffload_tests: "
                                           r"No module named 'no_such_module_of_kvoffload_tests'"):
         build.build_vllm_config(engine, load.transfer_config(engine, "stepped"), 256)
+
+
+@pytest.mark.parametrize("model", [EngineConfig().model, "gpt-oss-tiny"])
+def test_the_stock_connector_makes_the_workloads_cpu_chunks_on_a_dense_and_a_hybrid_model(model):
+    """vLLM divides cpu_bytes_to_use by a chunk's bytes in one group (a hybrid model keeps one
+    layer per group, the dense model both in one): the bytes given must come out as the
+    workload's cpu_chunks chunks, not fewer, on either kind of model."""
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.gates.story import TINY, tokens
+    from kvoffload.vllm.replay import VllmSchedulerReplay
+
+    engine = TINY.replace(model=model, cpu_chunks=12, blocks_per_chunk=2)
+    replay = VllmSchedulerReplay([RequestSpec("A", tokens(1, 8), tokens(2, 1))], engine, ConnectorLoad(build.STOCK))
+    try:
+        assert replay.scheduler.connector.connector_scheduler.manager._num_chunks == 12
+    finally:
+        replay.close()

@@ -42,6 +42,9 @@ def test_vllm_builds_our_connector_by_module_path_with_its_options():
     ({}, "exactly one of cpu_bytes_to_use and cpu_chunks"),
     ({"cpu_chunks": 8, "block_size": 24}, "multiple of the GPU block size 16"),
     ({"cpu_chunks": 8, "block_size": 32, "blocks_per_chunk": 2}, "not both"),
+    ({"cpu_chunks": 8, "block_size": 0}, "multiple of the GPU block size 16, got 0"),
+    ({"cpu_chunks": 8, "blocks_per_chunk": 0}, "blocks_per_chunk must be a positive integer, got 0"),
+    ({"cpu_chunks": 8, "blocks_per_chunk": True}, "blocks_per_chunk must be a positive integer, got True"),
     ({"cpu_chunks": 8, "preset": "vllm-9"}, "unknown preset 'vllm-9'"),
     ({"cpu_chunks": 8, "disable_fixes": ["nope"]}, "unknown fix 'nope'"),
     ({"cpu_chunks": 8, "transfer": "dma"}, "transfer must be one of"),
@@ -56,6 +59,15 @@ def test_capacity_in_bytes_becomes_chunks_and_block_size_becomes_blocks_per_chun
     assert options.blocks_per_chunk == 2
     assert options.num_chunks(bytes_per_block=16384) == 10
     assert options.offload_prompt_only is True  # vLLM's default
+
+
+@pytest.mark.parametrize("gpu_block_size", [1, 16])
+def test_a_chunk_of_one_gpu_block_in_tokens_is_one_block_per_chunk(gpu_block_size):
+    """``block_size`` in tokens may be the GPU block size itself, whatever that is (vLLM allows
+    a block of one token: ``CacheConfig.block_size`` only has to be > 0, vllm/config/cache.py): one
+    block per chunk, as ``blocks_per_chunk`` would say."""
+    options = ConnectorOptions.parse({"cpu_chunks": 8, "block_size": gpu_block_size}, gpu_block_size=gpu_block_size)
+    assert options.blocks_per_chunk == 1 == ConnectorOptions.parse({"cpu_chunks": 8}, gpu_block_size).blocks_per_chunk
 
 
 def test_the_shipped_model_config_matches_the_kv_shape_the_harness_assumes():

@@ -1,6 +1,6 @@
 """The fake forward's KV content (kvoffload/vllm/model.py) on hand-made layouts of one buffer (no
-vLLM needed): where each slot's fingerprint lives in every layer, what a forward writes past its
-script, and that a rejected draft never writes a prefix that happened."""
+vLLM needed): where each slot's fingerprint and each Mamba state lives in every layer, what a
+forward writes past its script, and that a rejected draft never writes a prefix that happened."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kvoffload.engine.oracle import extend_fingerprint, prefix_fingerprints, to_signed_int
-from kvoffload.vllm.model import FingerprintCells, ScriptedSequence
+from kvoffload.vllm.model import FingerprintCells, ScriptedSequence, StateCells, read_state, write_states
 
 BLOCKS, BLOCK_SIZE, HEADS, HEAD_DIM = 3, 2, 1, 2  # one head of two float32s: 8 bytes a slot
 
@@ -73,3 +73,22 @@ def test_a_rejected_draft_writes_a_prefix_that_never_happened_whatever_its_token
     # the token after the true one, as the simulator's oracle writes it (engine/oracle.py): the
     # two engines' slots agree
     assert rejected == to_signed_int(extend_fingerprint(int(sequence.fingerprints[1]) & (2**64 - 1), token + 1))
+
+
+@pytest.mark.parametrize("layout", [layer_outermost, block_outermost])
+def test_a_mamba_states_cells_are_the_first_two_words_of_its_block_in_every_layer(layout):
+    """StateCells: a state's hash and token count go to the first two 8-byte words of its
+    block's page in each layer of the group, wherever the layer starts in the shared buffer
+    (the second layer past the first's pages, or interleaved with it block by block), and
+    read_state reads them back from there."""
+    buffer = torch.zeros(2 * BLOCKS * 2 * BLOCK_SIZE * HEADS * HEAD_DIM)
+    views = layout(buffer, 2)
+    cells = StateCells(views)
+    table = [2, 0, 1]  # the state after 3 tokens (block size 2) sits in the row's entry 1: block 0
+    write_states(cells, [(table, 3, 77)], BLOCK_SIZE, group=0)
+    for view in views.values():
+        page = view[0].flatten().contiguous().view(torch.int64)
+        assert page[:2].tolist() == [77, 3]
+    assert int(torch.count_nonzero(buffer.view(torch.int64))) == 2 * 2  # nothing else: two words a layer
+    hashes, counts = read_state(cells, table, 3, BLOCK_SIZE)
+    assert hashes.tolist() == [77, 77] and counts.tolist() == [3, 3]

@@ -1,6 +1,6 @@
 """The vllm-scheduler replay's own rules (kvoffload/vllm/replay.py): a run cut at its step bound
-ends and names what it left, which metrics the record leaves unmeasured, and the seeded draft
-acceptance of a workload that scripts none."""
+ends and names what it left, which metrics the record leaves unmeasured, the copy volume it
+records, and the seeded draft acceptance of a workload that scripts none."""
 
 from __future__ import annotations
 
@@ -42,3 +42,17 @@ def test_without_scripted_acceptance_every_draft_is_accepted_at_1_and_none_at_0(
     assert every.crash is None and none.crash is None
     assert every.finished_requests == none.finished_requests == 32
     assert every.steps < none.steps
+
+
+def test_the_copy_volume_recorded_is_every_stored_chunk_and_every_loaded_block_in_bytes():
+    """The record's store and load bytes (the transfer handler's totals, one direction each) are
+    what the connector moved: each stored chunk's blocks_per_chunk blocks and each loaded token's
+    block, at the tiny model's bytes per block (tiny_kv.block_bytes)."""
+    from kvoffload.vllm.tiny_kv import block_bytes
+
+    built = replay({"scheduling": "sync"})
+    record = built.run()
+    engine, stats = built.engine, built.scheduler.connector.core.stats
+    assert record.crash is None and stats.chunks_stored > 0 and built.checked_load_tokens > 0
+    assert record.store_bytes == stats.chunks_stored * engine.blocks_per_chunk * block_bytes(engine.block_size)
+    assert record.load_bytes == built.checked_load_tokens // engine.block_size * block_bytes(engine.block_size)

@@ -47,3 +47,22 @@ def test_a_connector_whose_copies_are_unpinned_is_caught(small_workload, monkeyp
     assert record.crash_type == "AssertionError"
     assert record.crash.startswith("AssertionError: assert primary_hash is not None (vllm/v1/simple_kv_offload/manager.py")
     assert "in _process_store_completion" in record.crash_frames[-1]
+
+
+@pytest.mark.parametrize("source", ["simple-cpu", "simple-cpu-lazy"])
+def test_simple_cpus_tier_holds_cpu_chunks_chunks_of_blocks_per_chunk_blocks(source):
+    """The tier's size is given in bytes (``cpu_bytes_to_use``): ``cpu_chunks`` chunks of
+    ``blocks_per_chunk`` GPU blocks each, so the manager's CPU pool holds their product in blocks,
+    whatever the split between the two settings (docs/connectors.md)."""
+    from kvoffload.engine.requests import RequestSpec
+    from kvoffload.gates.story import TINY, tokens
+
+    sizes = {}
+    for cpu_chunks, blocks_per_chunk in ((12, 1), (6, 2), (3, 4)):
+        engine = TINY.replace(cpu_chunks=cpu_chunks, blocks_per_chunk=blocks_per_chunk)
+        replay = VllmSchedulerReplay([RequestSpec("A", tokens(1, 8), tokens(2, 1))], engine, ConnectorLoad(source))
+        try:
+            sizes[cpu_chunks, blocks_per_chunk] = replay.scheduler.connector.scheduler_manager.num_cpu_blocks
+        finally:
+            replay.close()
+    assert sizes == {(12, 1): 12, (6, 2): 12, (3, 4): 12}

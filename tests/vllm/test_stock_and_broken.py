@@ -80,3 +80,26 @@ def test_a_crashing_connector_stops_the_run_and_is_reported(small_workload, monk
 
     result = json.loads(out.read_text())
     assert result["metrics"]["crashes"] == 1 and result["error"]["step"] > 0
+
+
+def test_a_single_groups_spec_in_either_form_is_one_plain_job():
+    """vLLM's ``GPULoadStoreSpec`` says one KV cache group with ``group_sizes=None`` or with one
+    size (vllm/v1/kv_offload/base.py); either way the worker hands the handler the plain job: every
+    chunk group 0's, a load skipping the sub-blocks of its first chunk that precede its first
+    block (block index 5 of 2-block chunks: one), a store none."""
+    from types import SimpleNamespace
+
+    from kvoffload.core.types import TransferKind
+
+    jobs = []
+    worker = HandlerOffloadingWorker(SimpleNamespace(submit_store=jobs.append, submit_load=jobs.append), 2)
+    gpu, cpu = [11, 12, 13], SimpleNamespace(block_ids=[4, 9])
+    for sizes, indices in ((None, None), (None, [5]), ([3], [5])):
+        spec = SimpleNamespace(block_ids=gpu, group_sizes=sizes, block_indices=indices)
+        worker.submit_load(1, cpu, spec)
+        worker.submit_store(2, spec, cpu)
+    shapes = [(job.kind, job.gpu_block_ids, job.chunk_slots, job.skip_blocks, job.chunk_groups) for job in jobs]
+    load, store = TransferKind.LOAD, TransferKind.STORE
+    assert shapes == [(load, (11, 12, 13), (4, 9), 0, ()), (store, (11, 12, 13), (4, 9), 0, ()),
+                      (load, (11, 12, 13), (4, 9), 1, ()), (store, (11, 12, 13), (4, 9), 0, ()),
+                      (load, (11, 12, 13), (4, 9), 1, ()), (store, (11, 12, 13), (4, 9), 0, ())]
