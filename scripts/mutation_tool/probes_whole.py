@@ -1,46 +1,12 @@
-"""Probes for the equivalent mutants of the run over the rest of the package (``fates_whole.py``):
-each shows that no input the guarded code can see tells the mutant from the original."""
+"""Probes for the equivalent mutants of the run over the rest of the package (``fates_whole.py``,
+keyed by mutants of its commit): each shows that no input the guarded code can see tells the
+mutant from the original."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 from pathlib import Path
-
-
-def rounds_count_from_zero() -> None:
-    """cli/bench_model.py run_model_bench: ``round_index == 0`` made ``<= 0``. The index comes from
-    ``range(rounds)`` (the source is checked), so it is never negative, and on 0 .. rounds the two
-    comparisons agree."""
-    from kvoffload.cli import bench_model
-
-    source = inspect.getsource(bench_model.run_model_bench)
-    assert "for r in range(rounds)" in source and "(r, i)" in source
-    assert source.count("round_index") == 2  # bound once from the order, read once
-    for index in range(bench_model.ROUNDS + 100):
-        assert (index == 0) == (index <= 0)
-
-
-def progress_never_goes_back() -> None:
-    """cli/run.py replay's progress: ``finished > bar.n`` made ``finished is not bar.n``. The bar
-    only ever advances to ``finished``, which never decreases (checked on a replay), so the two
-    differ only when ``finished == bar.n`` as distinct int objects (past 256), where the mutant
-    calls ``bar.update(0)``: tqdm's update of 0 leaves the count as it was (checked)."""
-    import io
-
-    from tqdm import tqdm
-
-    from kvoffload.choice import ConnectorChoice
-    from kvoffload.runner import replay_workload
-    from kvoffload.workloads import load_workload
-
-    seen = []
-    replay_workload(load_workload("multi-turn-small"), ConnectorChoice.build(),
-                    on_step=lambda step, finished: seen.append(finished))
-    assert seen and all(a <= b for a, b in zip(seen, seen[1:]))
-    with tqdm(total=1000, file=io.StringIO()) as bar:
-        bar.update(300)
-        bar.update(0)
-        assert bar.n == 300
 
 
 def failed_rev_parse_prints_nothing() -> None:
@@ -62,28 +28,6 @@ def failed_rev_parse_prints_nothing() -> None:
         for ref in ("no-such-ref", "HEAD^{tree}", "HEAD:f", "HEAD~5", "..", ""):
             done = git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
             assert done.returncode == 1 and done.stdout == "", (ref, done)
-
-
-def ablation_layout_without_panels() -> None:
-    """report/ablation.py ablation_figure: the layout rectangle of a figure without panels (every
-    metric not drawn), ``0.15``/``0.85`` made ``1.15``/``1.85``: with no axes the constrained
-    layout places only the title, the same way whatever the rectangle (the PNGs are compared)."""
-    import io
-
-    from kvoffload.report import ablation
-    from kvoffload.report.sources import RunFile
-
-    runs = [RunFile(Path(f"r{i}.json"), "w", label, None, (), {"cpu_chunks": 8}, {}, "abc", False)
-            for i, label in enumerate(["reference", "vllm-0.25"])]
-    drawn = []
-    for rect in ((0, 0.15, 1, 0.85), (0, 1.15, 1, 0.85), (0, 0.15, 1, 1.85)):
-        fig, skipped = ablation.ablation_figure("w", runs)
-        assert not [ax for ax in fig.axes if ax.get_visible()] and skipped
-        fig.get_layout_engine().set(rect=rect)
-        png = io.BytesIO()
-        fig.savefig(png, format="png", metadata={"Software": None})
-        drawn.append(png.getvalue())
-    assert drawn[0] == drawn[1] == drawn[2]
 
 
 def samples_are_at_least_one() -> None:
@@ -108,22 +52,6 @@ def samples_are_at_least_one() -> None:
     assert sorted(p.samples for p in points) == [1, 1, 1, 1, 1, 7]
     for samples in range(1, 1000):
         assert (samples > 1) == (samples != 1)
-
-
-def third_heading_is_never_narrower_than_its_rates() -> None:
-    """cli/bench.py _bench_table: the headings left-justified up to column ``i < 2`` made ``i < 3``.
-    The third column is the last-chunk rate: its heading (10 characters) is at least as wide as any
-    value a rate shows (``format_value``: None as '-', an int rate 0 or 1, a float in [0, 1] to
-    three decimals, 5 characters), so the column is the heading's width and ljust and rjust of the
-    heading give the same text."""
-    from kvoffload.cli.bench import SHORT_NAMES, TABLE_METRICS
-    from kvoffload.metrics import format_value
-
-    third = TABLE_METRICS[0]
-    assert third.endswith("_rate") and len(SHORT_NAMES[third]) == 10
-    values = [None, 0, 1, *(i / 10_000 for i in range(10_001))]
-    assert max(len(format_value(third, value)) for value in values) <= len(SHORT_NAMES[third])
-    assert SHORT_NAMES[third].ljust(10) == SHORT_NAMES[third].rjust(10)
 
 
 def signed_or_unsigned_fingerprints_extend_alike() -> None:
@@ -159,40 +87,6 @@ def signed_or_unsigned_fingerprints_extend_alike() -> None:
         model._U64 = mask
 
 
-def the_buffer_is_the_one_every_view_shares() -> None:
-    """vllm/model.py FingerprintCells: the buffer taken from ``views[0]`` made ``views[-1]``. The
-    constructor refuses any view whose storage is not the buffer's, so when it returns the first
-    and the last view share one storage (``words`` is the same), and when a view lies elsewhere
-    both forms refuse with the same message. Checked on one view, three views of one buffer and
-    views of two buffers in both orders, the mutated class built from the shipped source."""
-    import inspect
-
-    import torch
-
-    from kvoffload.vllm import model
-
-    source = inspect.getsource(model.FingerprintCells)
-    assert source.count("views[0]") == 1
-    namespace = dict(vars(model))
-    exec(compile(source.replace("views[0]", "views[-1]"), "mutant", "exec"), namespace)  # noqa: S102
-    mutant = namespace["FingerprintCells"]
-
-    def views_of(buffer, count):
-        return {f"l{i}": buffer[i * 24:(i + 1) * 24].view(3, 2, 2, 1, 2) for i in range(count)}
-
-    one, other = torch.zeros(72), torch.zeros(72)
-    for views in (views_of(one, 1), views_of(one, 3), {**views_of(one, 1), "x": views_of(other, 1)["l0"]},
-                  {"x": views_of(other, 1)["l0"], **views_of(one, 2)}):
-        outcomes = []
-        for cells in (model.FingerprintCells, mutant):
-            try:
-                built = cells(views)
-                outcomes.append((built.words.data_ptr(), built.words.numel(), built._base, built._block, built._slot))
-            except ValueError as error:
-                outcomes.append(str(error))
-        assert outcomes[0] == outcomes[1], outcomes
-
-
 def poisson_draws_are_never_negative() -> None:
     """workloads/distributions.py poisson: the default floor ``0`` made ``-1``. The floor only
     clamps a draw (``_clamp``: ``max(value, low)``), and ``poisson_variate`` never returns below 0:
@@ -217,75 +111,172 @@ def poisson_draws_are_never_negative() -> None:
         assert draws == [mutant.sample(second) for _ in range(20_000)] and min(draws) >= 0
 
 
-def _snapshot_source(path: str) -> str:
-    """A module's text at the whole run's snapshot commit (results/mutation/tool/whole/score.json):
-    for mutants of code main has rewritten since."""
-    import json
-    import subprocess
+def capacity_key_is_the_same_from_either_panel() -> None:
+    """report/figures.py draw_capacity: the figure's key taken from ``axes[0]`` made ``axes[1]``.
+    Both panels (one per metric of CAPACITY_METRICS, two) plot every series, in the same order,
+    with the same label, colour and marker (a missing value is a NaN point, not a missing line),
+    and a legend draws its own sample from the handle's style, not its data: the key, and the PNG,
+    are the same. Checked on one series, on two connectors, and on a series with a metric missing
+    at one capacity, with the function as shipped and as mutated (its source, executed in the
+    module's namespace)."""
+    import inspect
+    import io
 
-    root = Path(__file__).resolve().parents[2]
-    commit = json.loads((root / "results/mutation/tool/whole/score.json").read_text())["commit"]
-    return subprocess.run(["git", "show", f"{commit}:reference/kvoffload/{path}"], cwd=root, capture_output=True,
-                          text=True, check=True, timeout=60).stdout
+    from kvoffload.report import figures
+    from kvoffload.report.sources import RunFile
 
+    assert figures.CAPACITY_METRICS == ("offload_hit_rate", "last_block_hit_rate")
+    source = inspect.getsource(figures.draw_capacity)
+    old = "handles, labels = axes[0].get_legend_handles_labels()"
+    assert source.count(old) == 1 and source.count("axes[") == 1
 
-def _both(source: str, old: str, new: str) -> tuple[dict, dict]:
-    """The snapshot's module executed as shipped and with ``old`` made ``new`` (once)."""
-    assert source.count(old) == 1, old
-    namespaces = ({}, {})
-    for namespace, text in zip(namespaces, (source, source.replace(old, new))):
-        exec(compile(text, "snapshot", "exec"), namespace)  # noqa: S102
-    return namespaces
+    def png_of(text: str, runs) -> tuple[bytes, list]:
+        namespace = dict(vars(figures))
+        drawn = []
 
+        def save_chart(fig, out, filename):
+            png = io.BytesIO()
+            fig.savefig(png, format="png", dpi=figures.DPI, metadata={"Software": None})
+            drawn.append((png.getvalue(), [(t.get_text(), h.get_color(), h.get_marker(), h.get_linestyle())
+                                           for t, h in zip(fig.legends[0].get_texts(), fig.legends[0].legend_handles)]))
+            return filename
 
-def one_group_is_its_first_and_its_last() -> None:
-    """vllm/connector.py _single_group (snapshot): ``return groups[0]`` made ``groups[-1]``, right
-    after ``if len(groups) != 1: raise``: a list of one holds one group at both ends. Checked with
-    the snapshot's function on configs of 0, 1 and 2 groups."""
-    from types import SimpleNamespace
+        namespace["save_chart"] = save_chart
+        exec(compile(text, "capacity", "exec"), namespace)  # noqa: S102
+        namespace["draw_capacity"](runs, Path("unused"))
+        return drawn
 
-    import ast
+    def run(label, chunks, index, **metrics):
+        return RunFile(Path(f"r{index:02d}.json"), "w", label, None, (), {"cpu_chunks": chunks},
+                       {"offload_hit_rate": 0.5, "last_block_hit_rate": 0.9, **metrics}, "abc", False)
 
-    source = _snapshot_source("vllm/connector.py")
-    function = next(node for node in ast.parse(source).body if getattr(node, "name", "") == "_single_group")
-    shipped, mutant = _both("from kvoffload.core.types import ConfigError\n" + ast.get_source_segment(source, function),
-                            "    return groups[0]", "    return groups[-1]")
-    for count in (0, 1, 2):
-        config, outcomes = SimpleNamespace(kv_cache_groups=[object() for _ in range(count)]), []
-        for namespace in (shipped, mutant):
-            try:
-                outcomes.append(namespace["_single_group"](config))
-            except Exception as error:  # noqa: BLE001 - the refusal is part of what is compared
-                outcomes.append(str(error))
-        assert outcomes[0] == outcomes[1], (count, outcomes)
-
-
-def a_store_of_no_chunk_counts_no_delay() -> None:
-    """vllm/observe.py StoreSubmitDelays.attach (snapshot): ``per_chunk = ... if chunks else 0``
-    made ``else -1``: ``per_chunk`` is read only inside the generator over ``range(chunks)``, which
-    is empty when ``chunks`` is 0. Checked with the snapshot's class on stores of 0, 1 and 2 chunks."""
-    from types import SimpleNamespace
-
-    from kvoffload.engine.record import RunRecord
-
-    shipped, mutant = _both(_snapshot_source("vllm/observe.py"),
-                            "len(job.gpu_block_ids) // chunks if chunks else 0",
-                            "len(job.gpu_block_ids) // chunks if chunks else -1")
-    seen = []
-    for namespace in (shipped, mutant):
-        record = RunRecord()
-        delays = namespace["StoreSubmitDelays"](4, record)
-        handler = SimpleNamespace(submit_store=lambda job: job)
-        delays.attach(handler)
-        table = [5, 6, 7, 8, 9, 10]
-        for step in range(len(table)):  # block table[i] full at step i (4-token blocks)
-            delays.written(step, table, 4 * step, 4 * step + 4)
-        delays.step = 9
-        for blocks, slots in (((), ()), ((5, 6), (0,)), ((7, 8, 9, 10), (1, 2))):
-            handler.submit_store(SimpleNamespace(gpu_block_ids=blocks, chunk_slots=slots))
-        seen.append(list(record.store_submit_delays))
-    assert seen[0] == seen[1] == [9 - 1, 9 - 3, 9 - 5], seen  # each chunk from its last block's step
+    cases = [
+        [run("reference", 16, 0), run("reference", 64, 1, offload_hit_rate=0.7)],
+        [run("reference", 16, 0), run("reference", 64, 1), run("vllm-0.25", 16, 2, last_block_hit_rate=0.4),
+         run("vllm-0.25", 64, 3), run("reference -last_block_at_finish", 16, 4),
+         run("reference -last_block_at_finish", 32, 5, offload_hit_rate=0.1)],
+        [run("vllm-0.26", 16, 0, last_block_hit_rate=None), run("vllm-0.26", 64, 1), run("x", 8, 2), run("x", 9, 3)],
+    ]
+    for runs in cases:
+        shipped, mutant = png_of(source, runs), png_of(source.replace(old, old.replace("[0]", "[1]")), runs)
+        assert len(shipped) == 1 and shipped == mutant, runs
 
 
-PROBES_WHOLE = [one_group_is_its_first_and_its_last, a_store_of_no_chunk_counts_no_delay, poisson_draws_are_never_negative, signed_or_unsigned_fingerprints_extend_alike, the_buffer_is_the_one_every_view_shares, samples_are_at_least_one, rounds_count_from_zero, progress_never_goes_back, failed_rev_parse_prints_nothing,
-                ablation_layout_without_panels, third_heading_is_never_narrower_than_its_rates]
+def left_overs_are_removed_by_position_and_prefix_keyword() -> None:
+    """results.py remove_left_overs: ``(folder, names, *, prefix=False)`` made ``(folder, names, /,
+    prefix=False)``. Every call in the checkout (the package, its tests, benchmarks and scripts)
+    passes ``folder`` and ``names`` by position and ``prefix``, if at all, by keyword, and the name
+    is used nowhere but in such calls (its definition and imports aside): both signatures bind
+    those calls to the same arguments."""
+    import kvoffload
+    from kvoffload import results
+
+    root = Path(kvoffload.__file__).resolve().parents[2]
+    shapes = set()
+    for folder in ("reference", "tests", "benchmarks", "scripts"):
+        for path in (root / folder).rglob("*.py"):
+            text = path.read_text(errors="replace")
+            if "remove_left_overs" not in text or path.resolve() == Path(__file__).resolve():  # this probe
+                continue
+            tree = ast.parse(text)
+            called = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call):
+                    func = node.func
+                    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                    if name == "remove_left_overs":
+                        assert not any(isinstance(a, ast.Starred) for a in node.args), path
+                        assert all(k.arg == "prefix" for k in node.keywords), path  # no **kwargs, no names=
+                        shapes.add((len(node.args), tuple(k.arg for k in node.keywords)))
+                        called.add(id(func))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and node.id == "remove_left_overs":
+                    assert id(node) in called, f"{path}: remove_left_overs used other than called"
+                if isinstance(node, ast.Attribute) and node.attr == "remove_left_overs":
+                    assert id(node) in called, f"{path}: remove_left_overs used other than called"
+    assert shapes == {(2, ()), (2, ("prefix",))}, shapes
+    shipped = inspect.signature(results.remove_left_overs)
+    assert [p.kind for p in shipped.parameters.values()] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 2 + [
+        inspect.Parameter.KEYWORD_ONLY]
+
+    def mutated(folder, names, /, prefix=False):
+        return folder, names, prefix
+
+    def original(folder, names, *, prefix=False):
+        return folder, names, prefix
+
+    for args, kwargs in ((("f", ("n",)), {}), (("f", ("n",)), {"prefix": True}), (("f", ("n",)), {"prefix": False})):
+        assert mutated(*args, **kwargs) == original(*args, **kwargs)
+
+
+def toml_positions_name_a_line_and_a_column_together() -> None:
+    """workloads/definition.py _toml_problem: ``match.group(1)`` made ``match.group(2)`` in the
+    test for a position. In ``_TOML_POSITION`` both groups are in one alternative, each ``\\d+``
+    (never empty), and the other alternative ("at end of document") has neither: a match has both
+    or none. Checked on the pattern and on tomllib's messages for broken documents of each kind."""
+    import tomllib
+
+    from kvoffload.workloads import definition
+
+    pattern = definition._TOML_POSITION.pattern
+    assert pattern == r"\s*\((?:at line (\d+), column (\d+)|at end of document)\)\s*$", pattern
+    assert definition._TOML_POSITION.groups == 2
+    seen = set()
+    for text in ("a = ", "a = 1\nb = [1,", "[x\n", "a = 'x", "a = 1 1", "= 1", "a = {", "a.b = 1\na = 2",
+                 "x = 1\n[t]\ny = \"\\q\"", "a = [1, 2", "a = 1979-05-27T", "\n\n  k = tru"):
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            match = definition._TOML_POSITION.search(str(error).strip())
+            assert match is not None, str(error)
+            assert bool(match.group(1)) == bool(match.group(2)), str(error)
+            seen.add(bool(match.group(1)))
+            assert definition._toml_problem(error).startswith("line " if match.group(1) else "end of file: ")
+        else:
+            raise AssertionError(f"{text!r} parsed")
+    assert seen == {True, False}  # both kinds of message were met
+
+
+def the_step_alarm_forgets_what_it_saw_when_it_starts_watching() -> None:
+    """engine/bounded.py StepBound.__init__: ``self._ticks_seen = -1`` made ``- 0`` (0). Only the
+    alarm's check, defined inside ``watching``, reads ``_ticks_seen``, and ``watching`` sets it to
+    -1 first (the source is checked; no other module names it); so the value ``__init__`` gives is
+    never read: a bound given 0 there watches as one given -1 (checked under an alarm)."""
+    import time
+
+    import kvoffload
+    from kvoffload.engine import bounded
+
+    root = Path(kvoffload.__file__).resolve().parent
+    named = [path.relative_to(root).as_posix() for path in root.rglob("*.py") if "_ticks_seen" in path.read_text()]
+    assert named == ["engine/bounded.py"], named
+    source = inspect.getsource(bounded)
+    assert source.count("_ticks_seen") == 4, source.count("_ticks_seen")
+    watching = inspect.getsource(bounded.StepBound.watching)
+    assert watching.index("self._ticks_seen = -1") < watching.index("def check")
+    assert "_ticks_seen" not in inspect.getsource(bounded.StepBound.at)
+    assert bounded._usable()
+    for start in (-1, 0):
+        bound = bounded.StepBound(0.05)
+        bound._ticks_seen = start
+        with bound.watching():
+            assert bound._ticks_seen == -1
+            bound.at(1)
+            try:  # the first alarm takes the step's start, the next finds no new step
+                time.sleep(2.0)
+            except bounded.ConnectorTimeout as timeout:
+                assert "step 1 did not finish within 0.05 s" in str(timeout)
+            else:
+                raise AssertionError("no timeout")
+
+
+PROBES_WHOLE = [
+    failed_rev_parse_prints_nothing,
+    samples_are_at_least_one,
+    signed_or_unsigned_fingerprints_extend_alike,
+    poisson_draws_are_never_negative,
+    capacity_key_is_the_same_from_either_panel,
+    left_overs_are_removed_by_position_and_prefix_keyword,
+    toml_positions_name_a_line_and_a_column_together,
+    the_step_alarm_forgets_what_it_saw_when_it_starts_watching,
+]
