@@ -165,6 +165,52 @@ WHOLE_TESTS_OF: dict[str, tuple[str, ...]] = {
     "vllm/stock.py": ("tests/vllm/test_stock_and_broken.py",),
     "vllm/weights.py": ("tests/vllm/test_engine_geometry.py",),
 }
+# The files of the tests written for the survivors of the sample at 01948bc (fates_whole.py), and of
+# the CI tests that killed one outside its module's selection: each joins that selection, so the
+# next exec runs them.
+_KILLED_SURVIVORS_OF_01948BC = {
+    "bench_figures.py": ("tests/core/test_facts.py",),
+    "cli/bench.py": ("tests/cli/test_bench_refused.py",),
+    "cli/bench_model.py": ("tests/cli/test_bench_model_rounds.py",),
+    "cli/compare.py": ("tests/cli/test_table_rules.py",),
+    "cli/releases.py": ("tests/cli/test_releases_hardened.py",),
+    "cli/sweep.py": ("tests/cli/test_flag_rules.py",),
+    "core/model.py": ("tests/gates/test_k15_k16_block_sizes.py",),
+    "gates/story.py": ("tests/vllm/test_story_helpers.py",),
+    "gates/test_k01_k05_finish.py": ("tests/vllm/test_gates_flag_plants.py",),
+    "gates/test_k15_k16_block_sizes.py": ("tests/vllm/test_k16_no_load.py",),
+    "releases.py": ("tests/cli/test_releases_refused.py",),
+    "report/__init__.py": ("tests/report/test_figure_marks.py", "tests/report/test_report_hardened.py"),
+    "report/ablation.py": ("tests/report/test_figure_marks.py",),
+    "report/delays.py": ("tests/report/test_figure_marks.py",),
+    "report/figures.py": ("tests/report/test_report_details.py", "tests/report/test_figure_marks.py"),
+    "report/history.py": ("tests/report/test_history_style.py",),
+    "report/history_marks.py": ("tests/report/test_history_style.py",),
+    "report/history_text.py": ("tests/report/test_history_style.py",),
+    "report/releases.py": ("tests/report/test_figure_marks.py",),
+    "report/sources.py": ("tests/report/test_report_details.py",),
+    "results.py": ("tests/cli/test_outputs_hardened.py",),
+    "runner.py": ("tests/engine/test_served_nothing.py",),
+    "vllm/build.py": ("tests/vllm/test_build_config.py",),
+    "vllm/connector_parts.py": ("tests/vllm/test_connector_parts.py",),
+    "vllm/foreign.py": ("tests/vllm/test_simple_cpu.py",),
+    "vllm/llm_engine.py": ("tests/vllm/test_model_engine_record.py",),
+    "vllm/model.py": ("tests/vllm/test_fingerprint_cells.py", "tests/vllm/test_connector_in_vllm.py"),
+    "vllm/observe.py": ("tests/vllm/test_foreign_connectors.py",),
+    "vllm/regions.py": ("tests/vllm/test_replay_bounds.py",),
+    "vllm/replay.py": ("tests/vllm/test_replay_bounds.py",),
+    "vllm/rows.py": ("tests/vllm/test_release_rows.py",),
+    "vllm/scheduled_writes.py": ("tests/vllm/test_scheduled_writes.py",),
+    "vllm/standins/dma.py": ("tests/vllm/test_standins_ordering.py",),
+    "vllm/standins/streams.py": ("tests/vllm/test_standins_ordering.py",),
+    "vllm/standins/timeline.py": ("tests/vllm/test_standins_ordering.py",),
+    "worker/cuda.py": ("tests/worker/test_cuda_bookkeeping.py",),
+    "workloads/definition.py": ("tests/workloads/test_resets.py",),
+    "workloads/distributions.py": ("tests/workloads/test_distributions.py",),
+    "workloads/mooncake.py": ("tests/workloads/test_errors.py",),
+}
+for _module, _files in _KILLED_SURVIVORS_OF_01948BC.items():
+    WHOLE_TESTS_OF[_module] += _files
 # Files without code to mutate (a version string, ``python -m``'s entry, empty packages).
 LEFT_OUT = ("__init__.py", "cli/__main__.py", "core/__init__.py", "engine/__init__.py")
 VLLM_MODULES = frozenset(m for m in WHOLE_TESTS_OF if m.startswith(("vllm/", "gates/")))
