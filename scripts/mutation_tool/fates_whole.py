@@ -186,16 +186,36 @@ WHOLE_FATES: dict[str, tuple[str, str]] = {
         "`resolved.returncode != 0` made `< 0`: a failed `git rev-parse --verify --quiet` exits 1 and "
         "prints nothing, which `not commit` refuses either way (probes_whole.py: "
         "failed_rev_parse_prints_nothing)"),
+    "report/delays.py:core/NumberReplacer:9": (
+        "survived",
+        "the subtitle's wrap width 150 made 149: only where a line breaks moves; a test would restate the"
+        " constant"),
     "report/figures.py:core/NumberReplacer:62": (
         "equivalent",
         "draw_capacity's key taken from axes[1] instead of axes[0]: both panels plot every series in the "
         "same order with the same label, colour and marker (a missing value is a NaN point, not a missing"
         " line), and a legend draws its samples from the handle's style, not its data, so the key and the"
         " PNG are the same (probes_whole.py: capacity_key_is_the_same_from_either_panel)"),
+    "report/history.py:core/NumberReplacer:187": (
+        "survived",
+        "the change mark's label offset -9 made -8 points: a test would restate the constant"),
+    "report/history.py:core/NumberReplacer:36": (
+        "survived",
+        "the sixth line style's dashes (1, 3) made (2, 3): still distinct from the other five"),
+    "report/history_marks.py:core/ReplaceUnaryOperator_USub_Invert:0": (
+        "survived",
+        "the arrow label 4 points below the panel's top instead of 3: a test would restate the constant"),
     "report/history_text.py:core/ReplaceComparisonOperator_Gt_NotEq:0": (
         "equivalent",
         "one_sample's `p.samples > 1` made `!= 1`: a point's sample count is at least 1 whatever the "
         "result file says, and on 1, 2, ... the two agree (probes_whole.py: samples_are_at_least_one)"),
+    "report/releases.py:core/NumberReplacer:141": (
+        "survived",
+        "the 'Not drawn' subtitle's wrap width 150 made 149: a test would restate the constant"),
+    "report/releases.py:core/NumberReplacer:56": (
+        "survived",
+        "the release figure's title room 0.9 in made 1.9 in: a taller figure, nothing overlaps or goes "
+        "missing"),
     "results.py:core/ReplaceBinaryOperator_Mul_Div:1": (
         "equivalent",
         "`*, prefix` made `/, prefix`: every call in the checkout (package, tests, benchmarks, scripts) "
@@ -213,11 +233,23 @@ WHOLE_FATES: dict[str, tuple[str, str]] = {
         " is never negative (PTRS's fast acceptance gives k >= 4 for every mean from 10 on, its other "
         "path continues on k < 0), so max(k, 0) == max(k, -1) (probes_whole.py: "
         "poisson_draws_are_never_negative)"),
+    "workloads/schema.py:core/ReplaceComparisonOperator_Lt_LtE:0": (
+        "survived",
+        "abs(value) < 2**1023 made <=: only the integer 2**1023 tells them apart, a float holds it "
+        "exactly, and nothing after the check differs"),
     "engine/bounded.py:core/NumberReplacer:23": (
         "equivalent",
         "`_ticks_seen = -1` made `- 0` in __init__: only the alarm's check, defined inside watching(), "
         "reads it, and watching() sets it to -1 first; no other module names it, so the initial value is "
         "never read (probes_whole.py: the_step_alarm_forgets_what_it_saw_when_it_starts_watching)"),
+    "gates/test_k13_composed.py:core/ReplaceTrueWithFalse:0": (
+        "survived",
+        "K13's expected failure for stock made lax (strict=False): stock still fails K13, so an xfail "
+        "either way; only a stock that fixed it would show (an XPASS)"),
+    "gates/test_k14_k19_hybrid.py:core/NumberReplacer:17": (
+        "survived",
+        "K14's B prompt seeded 2 instead of 3: the story passes for stock and the reference and still "
+        "fails for its plant in CI (StaleWindowBlocksConnector)"),
     "vllm/foreign.py:core/ReplaceTrueWithFalse:0": (
         "equivalent",
         "Family frozen=False differs only in allowing field assignment/deletion and dropping __hash__; no"
@@ -228,6 +260,56 @@ WHOLE_FATES: dict[str, tuple[str, str]] = {
         "InlineQueue.put (and put_nowait, the same function) never reads its block argument: only the "
         "default of an unread parameter changes (probes_whole_vllm.py: "
         "the_stand_in_queue_never_reads_block)"),
+    "gates/story.py:core/NumberReplacer:27": (
+        "survived",
+        "a follow-up's output seed 78 made 77: no story reads a follow-up's output tokens"),
+    "gates/story.py:core/NumberReplacer:10": (
+        "survived",
+        "MAX_STEPS 400 made 401: every story ends far below the bound, and one that does not fails at "
+        "either"),
+    "gates/test_k01_k05_finish.py:core/NumberReplacer:89": (
+        "survived",
+        "K05's bound connector_at_least 28 made 27: stock and the reference serve more, the planted "
+        "NeverServesConnector 0; only a connector serving exactly 27 of B's 32 tokens tells them apart"),
+    "gates/test_k01_k05_finish.py:core/NumberReplacer:9": (
+        "survived",
+        "K01's store completion 4 steps made 3: the story passes for stock and the reference and still "
+        "fails for its plant in CI (deferred_finish_signal off)"),
+    "gates/test_k06_k20_lifecycle.py:core/NumberReplacer:86": (
+        "survived",
+        "K08's D aborted a step later: the story passes for stock and the reference; its bug shows only "
+        "in vLLM 0.26's venv"),
+    "gates/test_k06_k20_lifecycle.py:core/NumberReplacer:207": (
+        "survived",
+        "K20's precondition preemptions >= 1 made >= 0: vLLM 0.32 preempts in that story, so the check "
+        "passes either way in CI"),
+    "gates/test_k06_k20_lifecycle.py:core/NumberReplacer:19": (
+        "survived",
+        "K07's R prompt seeded 0 instead of 1: the story passes for stock and the reference; its assert "
+        "shows only in vLLM 0.26's venv"),
+    "gates/test_k06_k20_lifecycle.py:core/NumberReplacer:32": (
+        "survived",
+        "K07's Q with 5 outputs instead of 4: as above, 0.26 only"),
+    "gates/test_k06_k20_lifecycle.py:core/ReplaceComparisonOperator_GtE_LtE:0": (
+        "survived",
+        "K09's preemptions >= 1 made <= 1: vLLM 0.32 preempts once here; 0.25-0.29 (twice) would fail the"
+        " mutant, in their venvs only"),
+    "gates/test_k21_k30_tier.py:core/NumberReplacer:111": (
+        "survived",
+        "K25's A output seeded 1 instead of 2: the story passes for stock and the reference and still "
+        "fails for its plant in CI (FailedAllocationSkippedConnector)"),
+    "gates/test_k21_k30_tier.py:core/NumberReplacer:133": (
+        "survived",
+        "K25's store completion 3 steps made 2: the story passes for stock and the reference and still "
+        "fails for its plant in CI (FailedAllocationSkippedConnector)"),
+    "gates/test_k21_k30_tier.py:core/NumberReplacer:150": (
+        "survived",
+        "K27's store completion 4 steps made 5: the story passes for stock and the reference and still "
+        "fails for its plant in CI (NeverDefersConnector)"),
+    "gates/test_k21_k30_tier.py:core/NumberReplacer:96": (
+        "survived",
+        "K23's A prompt seeded 2 instead of 1: the story passes for stock and the reference and still "
+        "fails for its plants in CI (NeverDefersConnector, FailedStoreVisibleConnector)"),
     "vllm/model.py:core/ReplaceOrWithAnd:2": (
         "equivalent",
         "a preempted request's tables are read only when it is scheduled again, and vLLM schedules it "
