@@ -5,8 +5,6 @@ results/mutation/tool/whole/score.json): a key names a mutant of that commit onl
 rewritten when the sample is prepared again. ``fates.py`` merges both runs; their modules differ,
 so the keys never collide."""
 
-COMMIT = "01948bce285ce77b9c66374ecea7b5663d0a7bdd"
-
 # Each shown failing on its mutant and passing on the unmutated snapshot by the "new" stage.
 WHOLE_NEW_TESTS: dict[str, tuple[str, ...]] = {
     "cli/__init__.py:core/ExceptionReplacer:2": (

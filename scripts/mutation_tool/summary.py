@@ -19,9 +19,9 @@ def write_report(meta: dict, every: list[dict], key, done: dict, fates: dict, st
     mutant; ``scope`` says which modules they are) into ``out``; returns its lines."""
     rows = [r for r in every if r["result"] and r["result"]["worker_outcome"] != "skipped"]
     pending = [r for r in every if not r["result"]]
-    table, counts = [], {"selected tests": 0, "main": 0, "gate": 0, "vllm": 0, "packaged": 0, "new test": 0, "equivalent": 0,
-                         "survived": 0, "incompetent": 0}
-    named = {"main": "main", "gate": "gate", "vllm": "vllm", "packaged": "packaged", "new": "new test"}
+    named = {stage: "new test" if stage == "new" else stage for stage in stages}  # the report's words
+    killers = ("selected tests", *named.values())
+    table, counts = [], {**dict.fromkeys(killers, 0), "equivalent": 0, "survived": 0, "incompetent": 0}
     for row in rows:
         k, result = key(row), row["result"]
         stage_entry = done.get(k, {})
@@ -36,7 +36,7 @@ def write_report(meta: dict, every: list[dict], key, done: dict, fates: dict, st
                 fate, by = fates[k]
         counts[fate] += 1
         table.append((k, row["start"][0], fate, by, (result.get("diff") or "")))
-    killed = sum(counts[s] for s in ("selected tests", "main", "gate", "vllm", "packaged", "new test"))
+    killed = sum(counts[s] for s in killers)
     scored = killed + counts["survived"]
     summary = {"tool": "cosmic-ray 8.7.0", **meta, "run": len(rows), "pending": len(pending), **counts,
                "score": killed / scored if scored else None,

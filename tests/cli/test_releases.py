@@ -14,6 +14,7 @@ import pytest
 
 from kvoffload.cli import main
 from kvoffload.cli import releases as releases_cli
+from release_venvs import stand_in_venv
 from kvoffload.results import locked_folder
 from kvoffload.releases import (SimulatorRow, compare, needs_second_pass, preset_inside, releases_markdown,
                                 venv_name)
@@ -242,15 +243,6 @@ def test_runs_of_two_releases_merge_one_at_a_time(tmp_path):
     thread.join()
 
 
-def release_venv(folder: Path, code: str) -> None:
-    """0.29.0's venv under ``folder``, its python running ``code`` (argv: ``-m``, the module, the jobs)."""
-    venv = folder / venv_name("0.29.0") / "bin"
-    venv.mkdir(parents=True)
-    (folder / "release.py").write_text(code)
-    (venv / "python").write_text(f"#!/bin/sh\nexec {sys.executable} {folder / 'release.py'} \"$@\"\n")
-    os.chmod(venv / "python", 0o755)
-
-
 class Clock:
     """``time`` for the command: each reading 10.5 s after the one before."""
 
@@ -268,7 +260,7 @@ def test_the_run_reports_its_time_and_the_table_the_sum_of_its_entries_to_a_tent
     hundredth (a table from another tool) included."""
     row = {"release": "0.29.0", "workload": "multi-turn-small", "scheduling": "sync", "metrics": {"crashes": 0},
            "error": None, "leaked": [], "stuck": [], "first_admission": {"r0": [0, 16]}}
-    release_venv(tmp_path, f"print({json.dumps(json.dumps(row))})\n")
+    stand_in_venv(tmp_path, f"print({json.dumps(json.dumps(row))})\n")
     clock = Clock()
     monkeypatch.setattr(releases_cli, "time", clock)
     monkeypatch.setattr(releases_cli, "CHECKOUT", tmp_path)
@@ -288,7 +280,7 @@ def test_the_run_reports_its_time_and_the_table_the_sum_of_its_entries_to_a_tent
 def test_a_release_that_dies_is_named_with_the_last_line_it_printed(capsys, tmp_path, monkeypatch):
     """What a dying process prints last is why it died (a traceback's last line); the jobs it was
     given are the small workloads in both schedulings unless --full asks for the others too."""
-    release_venv(tmp_path, "import sys\nprint('loading vLLM', file=sys.stderr)\n"
+    stand_in_venv(tmp_path, "import sys\nprint('loading vLLM', file=sys.stderr)\n"
                            "print('jobs:', *sys.argv[3:], file=sys.stderr)\nsys.exit(3)\n")
     monkeypatch.setattr(releases_cli, "CHECKOUT", tmp_path)
     monkeypatch.chdir(tmp_path)

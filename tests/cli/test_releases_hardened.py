@@ -19,19 +19,9 @@ import pytest
 from kvoffload.cli import main
 from kvoffload.cli import releases as releases_cli
 from kvoffload.release_io import split_job
-from kvoffload.releases import venv_name
+from release_venvs import stand_in_venv
 
 ARGS = ["releases", "--release", "0.29.0", "--workload", "multi-turn-small", "--scheduling", "sync"]
-
-
-def stand_in_venv(folder: Path, code: str, release: str = "0.29.0") -> Path:
-    """A venv of ``release`` under ``folder`` whose python runs ``code`` (argv: the jobs)."""
-    bin_dir = folder / venv_name(release) / "bin"
-    bin_dir.mkdir(parents=True)
-    (folder / "stand_in.py").write_text(code)
-    (bin_dir / "python").write_text(f"#!/bin/sh\nexec {sys.executable} {folder / 'stand_in.py'} \"$@\"\n")
-    os.chmod(bin_dir / "python", 0o755)
-    return bin_dir / "python"
 
 
 def printing(text: str) -> str:

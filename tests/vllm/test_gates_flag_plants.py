@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import itertools
-import re
+import runpy
 from pathlib import Path
 
 import pytest
@@ -23,25 +23,24 @@ pytestmark = pytest.mark.vllm
 from kvoffload.core.fixes import Fixes  # noqa: E402
 from kvoffload.gates.plugin import GateConnector  # noqa: E402
 
-README = Path(__file__).parents[1] / "gates" / "README.md"
-GATE_MODULES = ("test_k01_k05_finish", "test_k06_k20_lifecycle", "test_k13_composed", "test_k14_k19_hybrid",
-                "test_k15_k16_block_sizes", "test_k21_k30_tier")
+# the script that generates the plant table owns how it is read and which modules hold the gates
+GATES_TABLE = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "gates_table"), run_name="gates_table")
 
 
 def flag_plants() -> list[tuple[str, str]]:
     """(fix flag, ``Class::test``) for every gate the README's generated plant table says fails
-    with that flag off; the connector plants' rows (no flag) are left to test_gates_planted.py."""
+    with that flag off, as ``scripts/gates_table`` reads it back; the connector plants' rows (no
+    flag) are left to test_gates_planted.py."""
+    plants = GATES_TABLE["previous_plants"]()
     flags = {field.name for field in dataclasses.fields(Fixes)}
-    table = README.read_text().split("| reference with the fix flag off")[1].split("<!-- GENERATED")[0]
-    rows = re.findall(r"^\| `([^`]+)` \| (.*) \|$", table, re.M)
-    return [(flag, gate) for flag, gates in rows if flag in flags for gate in gates.split(", ") if "::" in gate]
+    return [(flag, gate) for flag, gates in plants.items() if flag in flags for gate in gates]
 
 
 def gate_cases(name: str):
     """The gate ``Class::test`` of the packaged modules, as one callable per case of its
     parametrize marks (each taking the connector)."""
     class_name, test_name = name.split("::")
-    for module_name in GATE_MODULES:
+    for module_name in GATES_TABLE["GATE_MODULES"]:
         module = importlib.import_module(f"kvoffload.gates.{module_name}")
         cls = getattr(module, class_name, None)
         if cls is not None:
